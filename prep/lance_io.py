@@ -1,0 +1,97 @@
+"""Writing and opening Lance tables the way every prep stage does.
+
+Writers produce fragments in parallel (Ray tasks call :func:`write_fragments`)
+and the driver commits them once (:func:`commit_table`): until that commit there is
+no table version, so a job that dies part-way leaves nothing that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Iterable
+
+import lance
+import pyarrow as pa
+from lance.fragment import FragmentMetadata
+
+from prep import storage
+from prep.errors import PrepError
+
+__all__ = [
+    "METADATA_KEY",
+    "table_exists",
+    "open_table",
+    "prep_metadata",
+    "write_fragments",
+    "commit_table",
+    "remove_table",
+]
+
+METADATA_KEY = b"prep"
+log = logging.getLogger(__name__)
+
+
+def table_exists(uri: str, storage_options: dict[str, str] | None = None) -> bool:
+    """True when ``uri`` holds a committed Lance table (orphan data files do not count)."""
+    try:
+        lance.dataset(uri, storage_options=storage_options)
+    except (ValueError, OSError, FileNotFoundError):
+        return False
+    return True
+
+
+def open_table(
+    uri: str, version: int | None = None, storage_options: dict[str, str] | None = None
+) -> lance.LanceDataset:
+    """Opens a committed table, with a one-line error when there is none."""
+    try:
+        return lance.dataset(uri, version=version, storage_options=storage_options)
+    except (ValueError, OSError, FileNotFoundError) as exc:
+        at = f" at version {version}" if version is not None else ""
+        raise PrepError(f"no Lance table at {uri}{at} ({str(exc).splitlines()[0][:200]})") from None
+
+
+def prep_metadata(ds: lance.LanceDataset) -> dict[str, Any]:
+    """The JSON metadata prep stores in the table schema ({} for foreign tables)."""
+    raw = (ds.schema.metadata or {}).get(METADATA_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def write_fragments(
+    table: pa.Table | pa.RecordBatchReader,
+    uri: str,
+    *,
+    storage_options: dict[str, str] | None = None,
+    max_rows_per_file: int = 1 << 20,
+) -> list[FragmentMetadata]:
+    """Writes data files for ``table`` under ``uri`` without committing them."""
+    return lance.fragment.write_fragments(
+        table, uri, max_rows_per_file=max_rows_per_file, storage_options=storage_options
+    )
+
+
+def commit_table(
+    uri: str,
+    schema: pa.Schema,
+    fragments: Iterable[FragmentMetadata],
+    *,
+    metadata: dict[str, Any] | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> lance.LanceDataset:
+    """Commits ``fragments`` (in the given order) as the new content of ``uri``.
+
+    ``metadata`` is stored as JSON in the schema under ``prep``, so the table
+    describes itself (config, tokenizer, sources, counts).
+    """
+    if metadata is not None:
+        schema = schema.with_metadata({**(schema.metadata or {}), METADATA_KEY: json.dumps(metadata, sort_keys=True)})
+    op = lance.LanceOperation.Overwrite(schema, list(fragments))
+    return lance.LanceDataset.commit(uri, op, storage_options=storage_options)
+
+
+def remove_table(uri: str, s3: storage.S3Options | None = None) -> None:
+    """Deletes a table directory (used for ``--overwrite`` and to clear orphans)."""
+    fs, path = storage.filesystem(uri, s3)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
