@@ -1,0 +1,120 @@
+"""Typed, validated YAML configs shared by every prepare job.
+
+Every job config is a frozen pydantic model that forbids unknown keys. Loading
+turns any validation problem into a one-line :class:`PrepError` naming the file,
+the key and the value, long before Ray starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from prep.errors import PrepError
+from prep.storage import S3Options
+
+__all__ = ["ConfigModel", "S3Config", "RayConfig", "JobConfig", "load_config", "config_hash"]
+
+T = TypeVar("T", bound="ConfigModel")
+
+
+class ConfigModel(BaseModel):
+    """Base for config sections: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class S3Config(ConfigModel):
+    """S3 endpoint and credentials; unset fields fall back to the ``AWS_*`` environment."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+
+    def options(self) -> S3Options:
+        return S3Options(**self.model_dump())
+
+
+class RayConfig(ConfigModel):
+    """How to reach Ray: ``address`` (else ``RAY_ADDRESS``, else a local Ray with ``num_cpus``)."""
+
+    address: str | None = None
+    num_cpus: int | None = Field(default=None, ge=1)
+
+
+class JobConfig(ConfigModel):
+    """Keys every prepare job has.
+
+    Attributes:
+        input: a file, directory or glob (local or ``s3://``), or a list of them.
+        output: the Lance table to write (local path or ``s3://``).
+        rejects: where rejected rows go; default ``<output without .lance>.rejects.lance``.
+        overwrite: replace an existing table at ``output`` (otherwise that is an error).
+        chunk_bytes: input bytes per task; the unit of parallelism and of determinism.
+    """
+
+    input: str | list[str]
+    output: str
+    rejects: str | None = None
+    overwrite: bool = False
+    chunk_bytes: int = Field(default=4 << 20, ge=4096)
+    s3: S3Config = S3Config()
+    ray: RayConfig = RayConfig()
+
+    @property
+    def inputs(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+    @property
+    def rejects_uri(self) -> str:
+        if self.rejects:
+            return self.rejects
+        base = self.output.rstrip("/")
+        return (base[: -len(".lance")] if base.endswith(".lance") else base) + ".rejects.lance"
+
+
+def _format_error(source: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    value = "" if first["type"] == "missing" else f" (got {first.get('input')!r:.80})"
+    return f"{source}: key '{key}': {first['msg']}{value}{more}"
+
+
+def load_config(model: type[T], path: str | Path | None = None, **overrides: Any) -> T:
+    """Loads ``path`` (YAML) into ``model``, applying non-None ``overrides`` on top.
+
+    Overrides are top-level keys (``input``, ``output``, ``tokenizer``...), so one
+    config serves many data sets.
+
+    Raises:
+        PrepError: the file is missing or not YAML, or a key is unknown, missing or mistyped.
+    """
+    data: dict[str, Any] = {}
+    source = str(path) if path else "config"
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise PrepError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise PrepError(f"{p}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise PrepError(f"{p}: expected a mapping of keys at the top level, got {type(data).__name__}")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise PrepError(_format_error(source, err)) from None
+
+
+def config_hash(cfg: BaseModel) -> str:
+    """sha256 of the resolved config's canonical JSON: equal configs, equal hashes."""
+    return hashlib.sha256(json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,1 @@
+"""The prepare stage: raw sources -> a prepared Lance table (see docs/architecture.md)."""

@@ -1,0 +1,155 @@
+"""Run a prepare job as Ray Data tasks over chunks, then commit once.
+
+Every prepare job has the same shape: the driver cuts the input into chunks
+(deterministically: the unit of parallelism and of row order), a Ray Data
+``map_batches`` task per chunk turns it into Arrow rows and writes them as
+uncommitted Lance fragments, and the driver commits all fragments in chunk order.
+The row order therefore never depends on scheduling, the driver holds only
+fragment metadata (its memory does not grow with the corpus), and a job that dies
+before the commit leaves no table.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+
+from prep import lance_io
+from prep.errors import PrepError
+from prep.prepare.rejects import REJECTS_SCHEMA, Reject, rejects_table
+
+__all__ = ["ChunkOutput", "ChunkResult", "run_chunks", "commit_outputs"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ChunkOutput:
+    """What a chunk worker returns: rows, rejects and counters."""
+
+    table: pa.Table
+    rejects: list[Reject] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class ChunkResult:
+    """What a Ray task sends back to the driver: fragment metadata only, never rows."""
+
+    index: int
+    fragments: list[Any]
+    reject_fragments: list[Any]
+    counts: Counter
+    seconds: float
+
+
+ChunkWorker = Callable[[Any], ChunkOutput]
+
+
+def _process(
+    batch: pa.Table,
+    *,
+    worker: ChunkWorker,
+    output_uri: str,
+    rejects_uri: str,
+    storage_options: dict[str, str] | None,
+    max_rows_per_file: int,
+) -> pa.Table:
+    results, errors = [], []
+    for index, blob in zip(batch.column("index").to_pylist(), batch.column("chunk").to_pylist()):
+        chunk = pickle.loads(blob)
+        t0 = time.perf_counter()
+        try:
+            out = worker(chunk)
+            frags = lance_io.write_fragments(
+                out.table, output_uri, storage_options=storage_options, max_rows_per_file=max_rows_per_file
+            ) if out.table.num_rows else []
+            rej = lance_io.write_fragments(
+                rejects_table(out.rejects), rejects_uri, storage_options=storage_options
+            ) if out.rejects else []
+            out.counts["rejects_written"] += len(out.rejects)
+            result = ChunkResult(index, frags, rej, out.counts, time.perf_counter() - t0)
+            results.append(pickle.dumps(result))
+            errors.append(None)
+        except PrepError as exc:
+            results.append(None)
+            errors.append(f"{chunk}: {exc}")
+        except Exception as exc:  # wrapped with where it happened, re-raised by the driver
+            results.append(None)
+            errors.append(f"{chunk}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    return pa.table(
+        {"index": batch.column("index"), "result": pa.array(results, pa.binary()), "error": pa.array(errors, pa.string())}
+    )
+
+
+def run_chunks(
+    chunks: Sequence[Any],
+    worker: ChunkWorker,
+    *,
+    output_uri: str,
+    rejects_uri: str,
+    storage_options: dict[str, str] | None = None,
+    max_rows_per_file: int = 1 << 20,
+    num_cpus_per_task: float = 1.0,
+) -> list[ChunkResult]:
+    """Runs ``worker`` on every chunk as a Ray Data task; returns results in chunk order.
+
+    Raises:
+        PrepError: a worker failed; the message names the chunk (file and range).
+    """
+    import ray
+
+    items = [{"index": i, "chunk": pickle.dumps(c)} for i, c in enumerate(chunks)]
+    ds = ray.data.from_items(items, override_num_blocks=max(1, len(items)))
+    ds = ds.map_batches(
+        _process,
+        fn_kwargs=dict(
+            worker=worker,
+            output_uri=output_uri,
+            rejects_uri=rejects_uri,
+            storage_options=storage_options,
+            max_rows_per_file=max_rows_per_file,
+        ),
+        batch_size=1,
+        batch_format="pyarrow",
+        num_cpus=num_cpus_per_task,
+    )
+    results: dict[int, ChunkResult] = {}
+    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        for index, blob, error in zip(
+            batch.column("index").to_pylist(), batch.column("result").to_pylist(), batch.column("error").to_pylist()
+        ):
+            if error is not None:
+                raise PrepError(error.strip())
+            results[index] = pickle.loads(blob)
+    missing = sorted(set(range(len(chunks))) - results.keys())
+    if missing:
+        raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
+    return [results[i] for i in range(len(chunks))]
+
+
+def commit_outputs(
+    results: list[ChunkResult],
+    *,
+    schema: pa.Schema,
+    output_uri: str,
+    rejects_uri: str,
+    metadata: dict[str, Any],
+    storage_options: dict[str, str] | None = None,
+) -> None:
+    """Commits rejects, then the table (last, so a complete-looking table implies complete rejects)."""
+    rejects = [f for r in results for f in r.reject_fragments]
+    lance_io.commit_table(rejects_uri, REJECTS_SCHEMA, rejects, metadata={"of": output_uri}, storage_options=storage_options)
+    fragments = [f for r in results for f in r.fragments]
+    ds = lance_io.commit_table(output_uri, schema, fragments, metadata=metadata, storage_options=storage_options)
+    written = ds.count_rows()
+    expected = metadata["counts"]["rows_written"]
+    if written != expected:
+        raise PrepError(f"{output_uri}: committed {written} rows but workers reported {expected}; rerun with --overwrite")

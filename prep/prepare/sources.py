@@ -1,0 +1,373 @@
+"""Finding input files and reading them in deterministic chunks.
+
+A *chunk* is a byte range of a JSONL/text file (lines belong to the chunk their
+first byte falls in, as in Hadoop's TextInputFormat), a row-group range of a
+Parquet file, or a whole JSON/CSV file. Chunks are planned by the driver from
+file sizes (and Parquet footers) only, so the same inputs always give the same
+chunks, whatever the cluster. Readers never raise on a bad row: they return a
+:class:`~prep.prepare.rejects.Reject` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from prep import storage
+from prep.errors import PrepError
+from prep.prepare.rejects import Reject
+
+__all__ = ["SourceFile", "Chunk", "Records", "list_sources", "plan_chunks", "read_chunk", "InputFormat", "TextUnit"]
+
+InputFormat = Literal["auto", "jsonl", "json", "parquet", "csv", "text"]
+TextUnit = Literal["line", "paragraph", "file"]
+
+_EXTENSIONS = {
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
+    ".csv": "csv", ".txt": "text", ".text": "text", ".md": "text",
+}
+_BYTE_RANGED = {"jsonl", "text-line"}
+_READ_MORE = 1 << 16
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One input file: its URI, its key (path relative to the input root, used for ids) and identity."""
+
+    uri: str
+    key: str
+    format: str
+    size: int
+    mtime: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"uri": self.uri, "size": self.size, "mtime": self.mtime}
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A unit of work: ``[start, end)`` bytes, or row groups for Parquet, of one file."""
+
+    source: SourceFile
+    start: int
+    end: int
+    unit: str = "bytes"
+    first_row: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.source.uri} [{self.unit} {self.start}-{self.end})"
+
+
+@dataclass
+class Records:
+    """Rows read from a chunk: ``rows[i]`` sits at stable ``positions[i]`` of the source."""
+
+    rows: list[Any]
+    positions: np.ndarray
+    rejects: list[Reject] = field(default_factory=list)
+    blank_lines: int = 0
+    where: list[str] | None = None  # human positions ("line 17"), only computed when asked
+
+    def position_label(self, i: int) -> str:
+        return self.where[i] if self.where is not None else f"row {int(self.positions[i])}"
+
+
+def _format_of(path: str, input_format: InputFormat) -> str | None:
+    if input_format != "auto":
+        return input_format
+    return _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+
+
+def _has_glob(p: str) -> bool:
+    return any(ch in p for ch in "*?[")
+
+
+def list_sources(inputs: list[str], input_format: InputFormat = "auto", s3: storage.S3Options | None = None) -> list[SourceFile]:
+    """Expands files, directories (recursive) and globs into sorted :class:`SourceFile` s.
+
+    Raises:
+        PrepError: a path does not exist, or a directory/glob matches no readable file.
+    """
+    found: list[SourceFile] = []
+    for given in inputs:
+        fs, path = storage.filesystem(given, s3)
+        prefix = "s3://" if given.startswith("s3://") else ""
+        if _has_glob(path):
+            root = path[: min(path.find(c) for c in "*?[" if c in path)].rsplit("/", 1)[0]
+            paths = sorted(p for p in fs.glob(path) if fs.isfile(p))
+        elif fs.isdir(path):
+            root = path
+            paths = sorted(p for p in fs.find(path) if fs.isfile(p))
+        elif fs.exists(path):
+            root = os.path.dirname(path)
+            paths = [path]
+        else:
+            raise PrepError(f"input not found: {given}")
+        matched = [p for p in paths if _format_of(p, input_format) and not os.path.basename(p).startswith(".")]
+        if not matched:
+            want = input_format if input_format != "auto" else "/".join(sorted(_EXTENSIONS))
+            raise PrepError(f"input {given} holds no {want} files")
+        for p in matched:
+            info = fs.info(p)
+            mtime = info.get("mtime") or info.get("LastModified") or info.get("ETag") or ""
+            found.append(
+                SourceFile(
+                    uri=prefix + p if prefix else p,
+                    key=os.path.relpath(p, root) if root else p,
+                    format=_format_of(p, input_format) or "",
+                    size=int(info.get("size") or 0),
+                    mtime=str(mtime),
+                )
+            )
+    return found
+
+
+def plan_chunks(sources: list[SourceFile], chunk_bytes: int, text_unit: TextUnit = "paragraph", s3: storage.S3Options | None = None) -> list[Chunk]:
+    """Cuts sources into chunks of about ``chunk_bytes`` (pure given sizes and footers)."""
+    chunks: list[Chunk] = []
+    for src in sources:
+        kind = f"text-{text_unit}" if src.format == "text" else src.format
+        if kind in _BYTE_RANGED and src.size > chunk_bytes:
+            chunks += [Chunk(src, s, min(s + chunk_bytes, src.size)) for s in range(0, src.size, chunk_bytes)]
+        elif kind == "parquet":
+            chunks += _parquet_chunks(src, chunk_bytes, s3)
+        else:
+            chunks.append(Chunk(src, 0, src.size))
+    return chunks
+
+
+def _parquet_chunks(src: SourceFile, chunk_bytes: int, s3: storage.S3Options | None) -> list[Chunk]:
+    import pyarrow.parquet as pq
+
+    fs, path = storage.filesystem(src.uri, s3)
+    try:
+        with fs.open(path, "rb") as f:
+            meta = pq.ParquetFile(f).metadata
+    except Exception as exc:
+        raise PrepError(f"{src.uri}: not a readable Parquet file ({exc})") from None
+    chunks, start, size, first, row = [], 0, 0, 0, 0
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        if g > start and size + rg.total_byte_size > chunk_bytes:
+            chunks.append(Chunk(src, start, g, "row groups", first))
+            start, size, first = g, 0, row
+        size += rg.total_byte_size
+        row += rg.num_rows
+    if meta.num_row_groups:
+        chunks.append(Chunk(src, start, meta.num_row_groups, "row groups", first))
+    return chunks
+
+
+def _read_line_range(chunk: Chunk, s3: storage.S3Options | None) -> tuple[bytes, int]:
+    """Bytes of the lines whose first byte is in ``[start, end)``, and the offset of the first."""
+    fs, path = storage.filesystem(chunk.source.uri, s3)
+    with fs.open(path, "rb") as f:
+        begin = max(chunk.start - 1, 0)
+        f.seek(begin)
+        buf = f.read(chunk.end - begin)
+        offset = begin
+        if chunk.start > 0:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                return b"", chunk.end
+            buf, offset = buf[nl + 1 :], begin + nl + 1
+        if chunk.end < chunk.source.size and not buf.endswith(b"\n"):
+            tail = bytearray()
+            while True:
+                more = f.read(_READ_MORE)
+                if not more:
+                    break
+                nl = more.find(b"\n")
+                if nl >= 0:
+                    tail += more[: nl + 1]
+                    break
+                tail += more
+            buf += bytes(tail)
+    return buf, offset
+
+
+def _count_lines_before(chunk: Chunk, offset: int, s3: storage.S3Options | None) -> int:
+    """Line number (0-based) of byte ``offset``; read only when a reject needs a line number."""
+    if offset == 0:
+        return 0
+    fs, path = storage.filesystem(chunk.source.uri, s3)
+    count, left = 0, offset
+    with fs.open(path, "rb") as f:
+        while left > 0:
+            block = f.read(min(left, 1 << 24))
+            if not block:
+                break
+            count += block.count(b"\n")
+            left -= len(block)
+    return count
+
+
+def _split_lines(buf: bytes, offset: int) -> tuple[list[bytes], np.ndarray]:
+    lines = buf.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    lengths = np.fromiter((len(x) + 1 for x in lines), dtype=np.int64, count=len(lines))
+    starts = offset + np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(lines) else np.zeros(0, np.int64)
+    return lines, starts
+
+
+def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Records:
+    buf, offset = _read_line_range(chunk, s3)
+    lines, starts = _split_lines(buf, offset)
+    rows: list[Any] = []
+    keep: list[int] = []
+    bad: list[tuple[int, str, bytes]] = []
+    blank = 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            blank += 1
+            continue
+        try:
+            if as_text:
+                value: Any = line.rstrip(b"\r").decode("utf-8")
+            else:
+                value = json.loads(line)
+                if not isinstance(value, dict):
+                    bad.append((i, f"expected a JSON object, got {type(value).__name__}", line))
+                    continue
+        except UnicodeDecodeError as exc:
+            bad.append((i, f"invalid UTF-8 at byte {exc.start} of the line", line))
+            continue
+        except json.JSONDecodeError as exc:
+            bad.append((i, f"malformed JSON: {exc.msg} at column {exc.colno}", line))
+            continue
+        rows.append(value)
+        keep.append(i)
+    base: int | None = None
+
+    def line_no(i: int) -> str:
+        nonlocal base
+        if base is None:
+            base = _count_lines_before(chunk, offset, s3) + 1
+        return f"line {base + i}"
+
+    rejects = [Reject(chunk.source.uri, line_no(i), reason, raw.decode("utf-8", "replace")) for i, reason, raw in bad]
+    recs = Records(rows, starts[keep] if keep else np.zeros(0, np.int64), rejects, blank)
+    recs.where = _LazyLabels(keep, line_no)  # type: ignore[assignment]
+    return recs
+
+
+class _LazyLabels:
+    """``where[i]`` -> ``line N``, counting lines before the chunk only if ever asked."""
+
+    def __init__(self, keep: list[int], line_no: Any) -> None:
+        self._keep, self._line_no = keep, line_no
+
+    def __getitem__(self, i: int) -> str:
+        return self._line_no(self._keep[i])
+
+
+def _read_whole(chunk: Chunk, s3: storage.S3Options | None) -> bytes:
+    fs, path = storage.filesystem(chunk.source.uri, s3)
+    with fs.open(path, "rb") as f:
+        return f.read()
+
+
+def _read_json_array(chunk: Chunk, s3: storage.S3Options | None) -> Records:
+    data = _read_whole(chunk, s3)
+    if not data.lstrip()[:1] == b"[":  # a .json file holding JSON lines
+        return _read_jsonl(chunk, s3, as_text=False)
+    try:
+        values = json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise PrepError(f"{chunk.source.uri}: invalid UTF-8 at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise PrepError(f"{chunk.source.uri}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    rows, keep, rejects = [], [], []
+    for i, v in enumerate(values):
+        if isinstance(v, dict):
+            rows.append(v)
+            keep.append(i)
+        else:
+            rejects.append(Reject(chunk.source.uri, f"element {i}", f"expected a JSON object, got {type(v).__name__}", json.dumps(v)[:200]))
+    recs = Records(rows, np.asarray(keep, np.int64), rejects)
+    recs.where = [f"element {i}" for i in keep]
+    return recs
+
+
+def _read_csv(chunk: Chunk, s3: storage.S3Options | None) -> Records:
+    import pyarrow.csv as pacsv
+
+    rejects: list[Reject] = []
+
+    def on_invalid(row: Any) -> str:
+        rejects.append(Reject(chunk.source.uri, f"line {row.number}" if row.number else "line ?", f"CSV: expected {row.expected_columns} columns, got {row.actual_columns}", row.text or ""))
+        return "skip"
+
+    try:
+        table = pacsv.read_csv(io.BytesIO(_read_whole(chunk, s3)), parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid), convert_options=pacsv.ConvertOptions(strings_can_be_null=False))
+    except Exception as exc:
+        raise PrepError(f"{chunk.source.uri}: cannot read CSV: {str(exc).splitlines()[0]}") from None
+    rows = table.to_pylist()
+    recs = Records(rows, np.arange(len(rows), dtype=np.int64), rejects)
+    recs.where = [f"data row {i + 1}" for i in range(len(rows))]
+    return recs
+
+
+def _read_parquet(chunk: Chunk, s3: storage.S3Options | None) -> Records:
+    import pyarrow.parquet as pq
+
+    fs, path = storage.filesystem(chunk.source.uri, s3)
+    with fs.open(path, "rb") as f:
+        table = pq.ParquetFile(f).read_row_groups(list(range(chunk.start, chunk.end)))
+    rows = table.to_pylist()
+    positions = np.arange(chunk.first_row, chunk.first_row + len(rows), dtype=np.int64)
+    recs = Records(rows, positions)
+    recs.where = [f"row {p}" for p in positions]
+    return recs
+
+
+_PARAGRAPH = re.compile(rb"\n[ \t\r]*\n")
+
+
+def _read_text_blocks(chunk: Chunk, s3: storage.S3Options | None, unit: TextUnit) -> Records:
+    data = _read_whole(chunk, s3)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Records([], np.zeros(0, np.int64), [Reject(chunk.source.uri, f"byte {exc.start}", "invalid UTF-8", data[max(0, exc.start - 40): exc.start + 40].decode("utf-8", "replace"))])
+    if unit == "file":
+        pieces = [(0, data)] if data.strip() else []
+    else:
+        pieces, pos = [], 0
+        for m in _PARAGRAPH.finditer(data):
+            pieces.append((pos, data[pos:m.start()]))
+            pos = m.end()
+        pieces.append((pos, data[pos:]))
+        pieces = [(p, t) for p, t in pieces if t.strip()]
+    rows = [t.decode("utf-8") for _, t in pieces]
+    positions = np.asarray([p for p, _ in pieces], np.int64)
+    recs = Records(rows, positions)
+    recs.where = [f"byte {p}" for p in positions]
+    return recs
+
+
+def read_chunk(chunk: Chunk, s3: storage.S3Options | None = None, text_unit: TextUnit = "paragraph") -> Records:
+    """Reads one chunk into rows (dicts, or str for text), rejecting what cannot be parsed."""
+    if chunk.source.size == 0:
+        return Records([], np.zeros(0, np.int64), [Reject(chunk.source.uri, "file", "empty file")])
+    fmt = chunk.source.format
+    if fmt == "jsonl":
+        return _read_jsonl(chunk, s3, as_text=False)
+    if fmt == "json":
+        return _read_json_array(chunk, s3)
+    if fmt == "csv":
+        return _read_csv(chunk, s3)
+    if fmt == "parquet":
+        return _read_parquet(chunk, s3)
+    if fmt == "text":
+        if text_unit == "line":
+            return _read_jsonl(chunk, s3, as_text=True)
+        return _read_text_blocks(chunk, s3, text_unit)
+    raise PrepError(f"{chunk.source.uri}: unsupported input format {fmt!r}")
