@@ -21,7 +21,7 @@ import numpy as np
 
 from prep.plan import permutation
 
-__all__ = ["Units", "expand_ranges", "read_order", "iter_read_order", "unit_at", "index_of"]
+__all__ = ["Units", "expand_ranges", "read_order", "iter_read_order", "read_rows", "index_of"]
 
 
 def expand_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -97,18 +97,39 @@ def iter_read_order(units: Units, *, seed: int, epoch: int, split: int, chunk_ro
         yield read_order(units, seed=seed, epoch=epoch, split=split, start=start, stop=start + step)
 
 
-def unit_at(units: Units, *, seed: int, epoch: int, split: int, slot: int) -> int:
-    """The unit read at ``slot``."""
-    return int(permutation.permute(np.array([slot]), units.count, _order_keys(seed, epoch, split))[0])
+def _short_slot(units: Units, keys: np.ndarray) -> int:
+    if units.short_unit < 0:
+        return -1
+    return int(permutation.invert(np.array([units.short_unit]), units.count, keys)[0])
+
+
+def _rows_before(units: Units, slot: int, short_slot: int) -> int:
+    before = slot * units.clump
+    if 0 <= short_slot < slot:
+        before -= units.clump - units.short_len
+    return before
+
+
+def read_rows(units: Units, *, seed: int, epoch: int, split: int, start: int, stop: int) -> np.ndarray:
+    """Positions at read-order indices ``[start, stop)`` of the split: O(stop - start)."""
+    start, stop = max(0, start), min(stop, units.num_rows)
+    if stop <= start:
+        return np.zeros(0, dtype=np.int64)
+    short_slot = _short_slot(units, _order_keys(seed, epoch, split))
+
+    def slot_of(row: int) -> int:
+        if 0 <= short_slot and row >= short_slot * units.clump + units.short_len:
+            return (row + units.clump - units.short_len) // units.clump
+        return row // units.clump
+
+    first, last = slot_of(start), slot_of(stop - 1)
+    rows = read_order(units, seed=seed, epoch=epoch, split=split, start=first, stop=last + 1)
+    skip = start - _rows_before(units, first, short_slot)
+    return rows[skip : skip + stop - start]
 
 
 def index_of(units: Units, *, seed: int, epoch: int, split: int, unit: int, offset: int) -> int:
     """Index in the split's read order of row ``offset`` of ``unit``: O(1)."""
     keys = _order_keys(seed, epoch, split)
     slot = int(permutation.invert(np.array([unit]), units.count, keys)[0])
-    before = slot * units.clump
-    if units.short_unit >= 0:
-        short_slot = int(permutation.invert(np.array([units.short_unit]), units.count, keys)[0])
-        if short_slot < slot:
-            before -= units.clump - units.short_len
-    return before + offset
+    return _rows_before(units, slot, _short_slot(units, keys)) + offset
