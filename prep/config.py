@@ -63,7 +63,7 @@ class JobConfig(ConfigModel):
     output: str
     rejects: str | None = None
     overwrite: bool = False
-    chunk_bytes: int = Field(default=4 << 20, ge=4096)
+    chunk_bytes: int = Field(default=2 << 20, ge=4096)
     s3: S3Config = S3Config()
     ray: RayConfig = RayConfig()
 

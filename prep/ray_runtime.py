@@ -11,7 +11,7 @@ log = logging.getLogger(__name__)
 
 # Every task's tokenizer would otherwise spawn a thread per core and fight the
 # other tasks for them; Ray gives each task its CPU share, we keep to it.
-WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "LANCE_LOG": "error"}
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:

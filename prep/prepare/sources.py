@@ -328,7 +328,7 @@ def _read_parquet(chunk: Chunk, s3: storage.S3Options | None) -> Records:
     return recs
 
 
-_PARAGRAPH = re.compile(rb"\n[ \t\r]*\n")
+_PARAGRAPH = re.compile(rb"\n(?:[ \t\r]*\n)+")
 
 
 def _read_text_blocks(chunk: Chunk, s3: storage.S3Options | None, unit: TextUnit) -> Records:

@@ -1,0 +1,24 @@
+"""Arguments every prepare command shares, so one config serves many data sets."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_job_arguments", "job_overrides"]
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="YAML job config (see configs/)")
+    parser.add_argument("--input", help="override the config's input: a file, directory or glob, local or s3://")
+    parser.add_argument("--output", help="override the config's output table path")
+    parser.add_argument("--overwrite", action="store_true", default=None, help="replace an existing output table")
+    parser.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else start a local Ray)")
+
+
+def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Config keys set on the command line (None means: keep the config's value)."""
+    out: dict[str, Any] = {"input": args.input, "output": args.output, "overwrite": args.overwrite}
+    if args.ray_address:
+        out["ray"] = {"address": args.ray_address}
+    return out

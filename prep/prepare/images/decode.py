@@ -1,0 +1,133 @@
+"""Encoded image bytes -> a ``CHW`` uint8 tensor, RGB or grayscale, upright.
+
+The format is found from the content (magic bytes, via Pillow's header parser), never
+from the file name, so a GIF or PNG named ``.jpg`` decodes as what it is. torchvision
+(``torchvision.io.decode_image``: libjpeg-turbo, libpng, giflib, libwebp) decodes
+JPEG, PNG, GIF and still WebP, converting any mode (grayscale, palette, RGBA, CMYK,
+16-bit) and applying the EXIF orientation. Pillow is the fallback, and only for what
+torchvision cannot decode: other formats (BMP, TIFF, ICO...), animated WebP, and any
+file torchvision refuses that Pillow can still read. Alpha is dropped, not composited
+(as both libraries' RGB conversions do). Animated images keep their first frame.
+
+Anything that cannot be decoded raises :class:`ImageError`, whose message is the
+reject reason.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+from torchvision.io import ImageReadMode, decode_image
+from torchvision.transforms.v2 import functional as F
+
+__all__ = ["ImageError", "Decoded", "decode", "TORCHVISION_FORMATS"]
+
+# torchvision 0.29 deprecates its image codecs in favour of TorchCodec, which this
+# project does not ship yet; the codecs still work, so say it once in the docs, not per image.
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning)
+
+TORCHVISION_FORMATS = frozenset({"JPEG", "MPO", "PNG", "GIF", "WEBP"})
+_SIXTEEN_BIT = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
+
+
+class ImageError(ValueError):
+    """An input that is not a usable image; the message is the reject reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A decoded image.
+
+    Args:
+        pixels: ``(C, H, W)`` uint8 tensor, C = 3 (RGB) or 1.
+        format: what the content is (Pillow's name: ``JPEG``, ``PNG``, ``GIF``...).
+        frames: frames in the file (the first was kept).
+        via_pil: True when Pillow decoded it (torchvision could not).
+    """
+
+    pixels: torch.Tensor
+    format: str
+    frames: int
+    via_pil: bool
+
+
+def _header(data: bytes, max_pixels: int) -> tuple[Image.Image, str]:
+    try:
+        im = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise ImageError(f"not an image: unrecognized content starting {data[:16]!r}") from None
+    except Image.DecompressionBombError as exc:
+        raise ImageError(f"too many pixels to decode safely: {exc}") from None
+    except Exception as exc:  # a recognized format whose header is broken
+        raise ImageError(f"unreadable image header: {type(exc).__name__}: {exc}") from None
+    fmt = im.format or "unknown"
+    width, height = im.size
+    if width * height > max_pixels:
+        raise ImageError(f"{fmt} of {width}x{height} pixels exceeds max_pixels={max_pixels}; raise max_pixels to accept it")
+    if width == 0 or height == 0:
+        raise ImageError(f"{fmt} of {width}x{height} pixels is empty")
+    return im, fmt
+
+
+def _torchvision(data: bytes, channels: int) -> torch.Tensor:
+    mode = ImageReadMode.RGB if channels == 3 else ImageReadMode.GRAY
+    out = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=mode, apply_exif_orientation=True)
+    if out.ndim == 4:  # animated GIF: (frames, C, H, W)
+        out = out[0]
+    if out.dtype != torch.uint8:  # 16-bit PNG
+        out = F.to_dtype(out, torch.uint8, scale=True)
+    return out
+
+
+def _pil(im: Image.Image, channels: int) -> torch.Tensor:
+    im.seek(0)
+    im = ImageOps.exif_transpose(im)
+    if im.mode in _SIXTEEN_BIT:  # Pillow's convert() clips 16-bit values; scale them as torchvision does
+        arr = (np.clip(np.asarray(im, dtype=np.int64), 0, 65535) >> 8).astype(np.uint8)
+        im = Image.fromarray(arr, "L")
+    arr = np.asarray(im.convert("RGB" if channels == 3 else "L"))
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+
+
+def decode(data: bytes, channels: int = 3, max_pixels: int = 100_000_000) -> Decoded:
+    """Decodes ``data`` by content into a ``(channels, H, W)`` uint8 tensor.
+
+    Args:
+        data: the encoded file.
+        channels: 3 for RGB, 1 for grayscale.
+        max_pixels: refuse images larger than this before decoding.
+
+    Returns:
+        The pixels, the detected format, the frame count and which library decoded it.
+
+    Raises:
+        ImageError: empty, not an image, truncated or corrupt, or too large.
+
+    >>> import io; from PIL import Image
+    >>> buf = io.BytesIO(); Image.new("L", (4, 2), 7).save(buf, "PNG")
+    >>> d = decode(buf.getvalue()); tuple(d.pixels.shape), d.format, d.via_pil
+    ((3, 2, 4), 'PNG', False)
+    """
+    if not data:
+        raise ImageError("empty file (0 bytes)")
+    im, fmt = _header(data, max_pixels)
+    frames = int(getattr(im, "n_frames", 1) or 1)
+    tv_error = None
+    if fmt in TORCHVISION_FORMATS and not (fmt == "WEBP" and frames > 1):
+        try:
+            return Decoded(_torchvision(data, channels), fmt, frames, False)
+        except RuntimeError as exc:
+            tv_error = str(exc).strip().splitlines()[-1].split(", ")[-1]
+    try:
+        pixels = _pil(im, channels)
+    except Exception as exc:
+        why = tv_error or f"{type(exc).__name__}: {exc}"
+        raise ImageError(f"corrupt or truncated {fmt}: {why}") from None
+    return Decoded(pixels, fmt, frames, True)

@@ -1,0 +1,253 @@
+"""Finding images and planning them into chunks, for every source kind.
+
+The driver plans from listings and small files only (directory listings, manifests,
+tar and Parquet file sizes, Parquet footers), so the same inputs give the same
+chunks and the same row order on any cluster. A chunk is a run of consecutive image
+files (ImageFolder, manifest), one tar shard (WebDataset) or a range of row groups
+(Parquet). Workers read chunks with :func:`read_chunk`, which yields a
+:class:`Sample` per image or a :class:`~prep.prepare.rejects.Reject`.
+
+Row order: inputs in the order given; inside each, files sorted by path (ImageFolder),
+manifest rows in file order, tar members in archive order, Parquet rows in file order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from prep import storage
+from prep.errors import PrepError
+from prep.prepare.images import shards, tables
+from prep.prepare.images.config import ImagesConfig
+from prep.prepare.images.labels import LabelMap
+from prep.prepare.images.samples import Sample
+from prep.prepare.images.shards import TarChunk
+from prep.prepare.images.tables import ParquetChunk
+from prep.prepare.rejects import Reject
+
+__all__ = ["FileItem", "FilesChunk", "Plan", "plan", "read_chunk", "Sample", "TarChunk", "ParquetChunk"]
+
+_MANIFEST_EXTS = (".csv", ".tsv", ".jsonl", ".ndjson", ".json")
+
+
+@dataclass(frozen=True, slots=True)
+class FileItem:
+    """One image file to read, or a planned reject (``problem`` set) at ``uri``/``position``."""
+
+    uri: str
+    key: str
+    label: Any = None
+    size: int = 0
+    position: str = "image"
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class FilesChunk:
+    """Consecutive image files (ImageFolder or manifest)."""
+
+    items: tuple[FileItem, ...]
+
+    def __str__(self) -> str:
+        return f"{self.items[0].uri} .. {self.items[-1].uri} ({len(self.items)} files)"
+
+
+@dataclass
+class Plan:
+    """What the driver decided: the source kind, the chunks, the labels, the sources' identity."""
+
+    kind: str
+    chunks: list[Any]
+    labels: LabelMap
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    files: int = 0
+
+
+def _uri(given: str, path: str) -> str:
+    return "s3://" + path if given.startswith("s3://") else path
+
+
+def _hidden(rel: str) -> bool:
+    return any(part.startswith(".") for part in rel.split("/"))
+
+
+def _expand(given: str, s3: storage.S3Options | None) -> tuple[str, list[tuple[str, dict[str, Any]]], bool]:
+    """``(root, sorted [(path, info)], is_dir)`` for a directory, glob or file (hidden files skipped)."""
+    fs, path = storage.filesystem(given, s3)
+    if any(c in path for c in "*?["):
+        root = path[: min(path.find(c) for c in "*?[" if c in path)].rsplit("/", 1)[0]
+        found = {p: fs.info(p) for p in fs.glob(path)}
+        is_dir = False
+    elif fs.isdir(path):
+        root, is_dir = path, True
+        found = fs.find(path, detail=True)
+    elif fs.exists(path):
+        root, is_dir = posixpath.dirname(path), False
+        found = {path: fs.info(path)}
+    else:
+        raise PrepError(f"input not found: {given}")
+    files = [(p, i) for p, i in sorted(found.items()) if i.get("type", "file") == "file" and not _hidden(posixpath.relpath(p, root))]
+    if not files:
+        raise PrepError(f"input {given} holds no files")
+    return root, files, is_dir
+
+
+def _mtime(info: dict[str, Any]) -> str:
+    return str(info.get("mtime") or info.get("LastModified") or info.get("ETag") or "")
+
+
+def _infer_kind(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, Any]]], is_dir: bool) -> str:
+    exts = {os.path.splitext(p)[1].lower() for p, _ in files}
+    if exts == {".tar"}:
+        return "webdataset"
+    if exts == {".parquet"}:
+        names = tables.parquet_columns(_uri(given, files[0][0]), cfg.s3.options())
+        if cfg.image_column in names:
+            return "parquet"
+        if cfg.path_column in names:
+            return "manifest"
+        raise PrepError(f"{given}: Parquet without an image column '{cfg.image_column}' or a path column '{cfg.path_column}'; set image_column or path_column")
+    if not is_dir and exts <= set(_MANIFEST_EXTS):
+        return "manifest"
+    if is_dir:
+        return "imagefolder"
+    raise PrepError(f"{given}: cannot tell the source kind from {sorted(exts)}; set source: imagefolder, manifest, webdataset or parquet")
+
+
+def _imagefolder(given: str, root: str, files: list[tuple[str, dict[str, Any]]], is_dir: bool) -> tuple[list[FileItem], dict[str, Any]]:
+    if not is_dir:
+        raise PrepError(f"input {given}: an ImageFolder input must be a directory of class folders (root/<class>/image)")
+    items, digest, total = [], hashlib.sha256(), 0
+    for p, info in files:
+        rel = posixpath.relpath(p, root)
+        size = int(info.get("size") or 0)
+        total += size
+        digest.update(f"{rel}\0{size}\0{_mtime(info)}\n".encode())
+        if "/" not in rel:
+            items.append(FileItem(_uri(given, p), rel, size=size, problem="not inside a class folder (expected root/<class>/image)"))
+        else:
+            items.append(FileItem(_uri(given, p), rel, label=rel.split("/", 1)[0], size=size))
+    return items, {"uri": given, "files": len(files), "bytes": total, "listing_sha256": digest.hexdigest()}
+
+
+def _manifest(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, Any]]]) -> tuple[list[FileItem], list[dict[str, Any]]]:
+    s3 = cfg.s3.options()
+    items, sources = [], []
+    for p, info in files:
+        uri = _uri(given, p)
+        rows = tables.read_manifest(uri, cfg.path_column, cfg.label_column, s3)
+        base = cfg.image_root or posixpath.dirname(uri)
+        for i, (path, label) in enumerate(rows):
+            if not isinstance(path, str) or not path.strip():
+                items.append(FileItem(uri, "", position=f"row {i}", problem=f"column '{cfg.path_column}' is empty or not a string ({path!r})"))
+                continue
+            path = path.strip()
+            target = path if "://" in path or os.path.isabs(path) else storage.join(base, path)
+            items.append(FileItem(target, path, label=label))
+        sources.append({"uri": uri, "size": int(info.get("size") or 0), "mtime": _mtime(info), "rows": len(rows)})
+    return items, sources
+
+
+def _file_chunks(items: list[FileItem], cfg: ImagesConfig) -> list[FilesChunk]:
+    chunks, current, size = [], [], 0
+    for item in items:
+        if current and (len(current) >= cfg.images_per_chunk or size + item.size > cfg.chunk_bytes):
+            chunks.append(FilesChunk(tuple(current)))
+            current, size = [], 0
+        current.append(item)
+        size += item.size
+    if current:
+        chunks.append(FilesChunk(tuple(current)))
+    return chunks
+
+
+def _labels(cfg: ImagesConfig, kind: str, raw: list[Any]) -> LabelMap:
+    if cfg.labels is not None:
+        return LabelMap(tuple(cfg.labels))
+    names = [x for x in raw if x is not None]
+    if kind == "imagefolder" or any(isinstance(x, str) and not x.strip().lstrip("-").isdigit() for x in names):
+        return LabelMap.discovered(names)
+    return LabelMap(None)
+
+
+def plan(cfg: ImagesConfig) -> Plan:
+    """Lists the inputs, picks the source kind, fixes the labels and cuts chunks.
+
+    Raises:
+        PrepError: an input is missing or empty, kinds differ between inputs, or a
+            manifest/Parquet file lacks the configured columns.
+    """
+    s3 = cfg.s3.options()
+    expanded = [(given, *_expand(given, s3)) for given in cfg.inputs]
+    kinds = {cfg.source if cfg.source != "auto" else _infer_kind(cfg, g, f, d) for g, _, f, d in expanded}
+    if len(kinds) > 1:
+        raise PrepError(f"inputs {cfg.inputs} mix source kinds {sorted(kinds)}; prepare them as separate tables")
+    kind = kinds.pop()
+    if kind in ("imagefolder", "manifest"):
+        items: list[FileItem] = []
+        sources: list[dict[str, Any]] = []
+        for given, root, files, is_dir in expanded:
+            if kind == "imagefolder":
+                found, src = _imagefolder(given, root, files, is_dir)
+                items += found
+                sources.append(src)
+            else:
+                found, srcs = _manifest(cfg, given, files)
+                items += found
+                sources += srcs
+        labels = _labels(cfg, kind, [i.label for i in items if i.problem is None])
+        return Plan(kind, _file_chunks(items, cfg), labels, sources, len(items))
+    described = [(_uri(g, p), posixpath.relpath(p, root), info) for g, root, files, _ in expanded for p, info in files]
+    if kind == "webdataset":
+        chunks = [TarChunk(uri, key) for uri, key, _ in described]
+        labels = LabelMap(tuple(cfg.labels)) if cfg.labels is not None else LabelMap(None)
+    else:
+        chunks = [c for uri, key, _ in described for c in tables.parquet_chunks(uri, key, cfg, s3)]
+        names = tables.parquet_label_names(uri=described[0][0], column=cfg.label_column, s3=s3)
+        if cfg.labels is None and names is not None:
+            labels = LabelMap(tuple(names))
+        else:
+            raw = [x for uri, _, _ in described for x in tables.parquet_labels(uri, cfg.label_column, s3)]
+            labels = _labels(cfg, kind, raw)
+    sources = [{"uri": uri, "size": int(info.get("size") or 0), "mtime": _mtime(info)} for uri, _, info in described]
+    return Plan(kind, chunks, labels, sources, len(described))
+
+
+def _read_files(chunk: FilesChunk, s3: storage.S3Options | None) -> Iterator[Sample | Reject]:
+    """Reads the chunk's files with one ``cat_ranges`` per filesystem (concurrent on S3)."""
+    groups: dict[bool, list[FileItem]] = {}
+    for it in chunk.items:
+        if it.problem is None:
+            groups.setdefault(it.uri.startswith("s3://"), []).append(it)
+    data: dict[str, Any] = {}
+    for items in groups.values():
+        fs, _ = storage.filesystem(items[0].uri, s3)
+        paths = [storage.filesystem(it.uri, s3)[1] for it in items]
+        got = fs.cat_ranges(paths, [None] * len(paths), [None] * len(paths), on_error="return")
+        data.update(zip((it.uri for it in items), got))
+    for it in chunk.items:
+        got = data.get(it.uri)
+        if it.problem is not None:
+            yield Reject(it.uri, it.position, it.problem)
+        elif isinstance(got, (bytes, bytearray)):
+            yield Sample(bytes(got), it.uri, it.key, 0, it.label, it.uri, it.position)
+        elif isinstance(got, FileNotFoundError):
+            yield Reject(it.uri, it.position, "file not found")
+        elif isinstance(got, IsADirectoryError):
+            yield Reject(it.uri, it.position, "a directory, not an image file")
+        else:  # not a property of the data (access, network): fail rather than change the rows
+            raise PrepError(f"{it.uri}: cannot read ({type(got).__name__}: {got}); fix access and rerun")
+
+
+def read_chunk(chunk: Any, cfg: ImagesConfig) -> Iterator[Sample | Reject]:
+    """Yields the chunk's images in order, as samples or rejects."""
+    s3 = cfg.s3.options()
+    if isinstance(chunk, FilesChunk):
+        return _read_files(chunk, s3)
+    if isinstance(chunk, TarChunk):
+        return shards.read_tar(chunk, s3)
+    return tables.read_parquet(chunk, cfg, s3)

@@ -1,0 +1,294 @@
+"""The pretokenize job: text sources -> a tokenized Lance table (+ rejects).
+
+The same :func:`run_pretokenize` runs under ``ray job submit`` (it joins the
+cluster through ``RAY_ADDRESS``), from ``python pipelines/pretokenize.py`` and from
+``prep pretokenize`` (both start or join a local Ray).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field, model_validator
+
+import prep
+from prep import lance_io, storage
+from prep.config import ConfigModel, JobConfig, config_hash
+from prep.errors import PrepError
+from prep.prepare.formats import RowError, Segments, SFTFormatter, TextFormatter
+from prep.prepare.ids import stable_ids
+from prep.prepare.job import ChunkOutput, commit_outputs, run_chunks
+from prep.prepare.rejects import Reject
+from prep.prepare.sources import Chunk, InputFormat, TextUnit, list_sources, plan_chunks, read_chunk
+from prep.prepare.tokenizer import load_tokenizer, tokenizer_identity
+from prep.prepare.tokens import OverlongPolicy, encode_segments, limit_length, pack
+
+__all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "run_pretokenize", "table_schema", "format_summary"]
+
+log = logging.getLogger(__name__)
+
+
+class SFTConfig(ConfigModel):
+    """How SFT rows become prompt + response.
+
+    Attributes:
+        layout: ``auto`` (per row), ``alpaca`` (instruction/input/output), ``qa`` (question/answer), ``messages``.
+        messages_column: the column with a list of ``{role, content}``.
+        prompt_template: a format string over ``{prompt}``; with it, the chat template is not used.
+        response_template: a format string over ``{response}`` (EOS is appended).
+    """
+
+    layout: Literal["auto", "alpaca", "qa", "messages"] = "auto"
+    messages_column: str = "messages"
+    prompt_template: str | None = None
+    response_template: str | None = None
+
+
+class PackConfig(ConfigModel):
+    """Pack rows into fixed ``seq_len`` sequences (document boundaries kept in ``position_ids``)."""
+
+    seq_len: int = Field(ge=8)
+
+
+class PretokenizeConfig(JobConfig):
+    """A pretokenize job (see configs/*.yaml for examples).
+
+    Attributes:
+        tokenizer: ``builtin:mistral-v3``, a local directory or a HuggingFace hub id.
+        format: ``sft`` (loss on responses only) or ``pretrain`` (documents + EOS).
+        input_format: ``auto`` (by extension) or one of jsonl/json/parquet/csv/text.
+        text_unit: for plain text files, what a document is: a ``line``, a ``paragraph`` or the ``file``.
+        text_column: the document field for structured pretraining rows.
+        max_length: the longest row allowed (tokens); None for no limit.
+        overlong: what to do with longer rows: ``truncate``, ``reject`` or ``split``.
+        pack: pack rows into fixed-length sequences.
+        passthrough: source fields copied to the table as strings (not with ``pack``).
+    """
+
+    tokenizer: str
+    format: Literal["sft", "pretrain"]
+    input_format: InputFormat = "auto"
+    text_unit: TextUnit = "paragraph"
+    text_column: str = "text"
+    sft: SFTConfig = SFTConfig()
+    max_length: int | None = Field(default=None, ge=1)
+    overlong: OverlongPolicy = "reject"
+    pack: PackConfig | None = None
+    passthrough: list[str] = []
+
+    @model_validator(mode="after")
+    def _check(self) -> "PretokenizeConfig":
+        if self.pack and self.passthrough:
+            raise ValueError("passthrough columns cannot be kept when packing (a packed row mixes documents)")
+        reserved = {"id", "input_ids", "loss_mask", "length", "position_ids"} & set(self.passthrough)
+        if reserved:
+            raise ValueError(f"passthrough names {sorted(reserved)} clash with prep's columns")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "packed" if self.pack else self.format
+
+
+def table_schema(cfg: PretokenizeConfig) -> pa.Schema:
+    """The prepared table's Arrow schema for ``cfg`` (docs/architecture.md)."""
+    if cfg.pack:
+        n = cfg.pack.seq_len
+        return pa.schema(
+            [
+                ("id", pa.uint64()),
+                ("input_ids", pa.list_(pa.int32(), n)),
+                ("loss_mask", pa.list_(pa.int8(), n)),
+                ("position_ids", pa.list_(pa.int32(), n)),
+                ("length", pa.int32()),
+            ]
+        )
+    fields = [("id", pa.uint64()), ("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.int8())), ("length", pa.int32())]
+    return pa.schema(fields + [(c, pa.string()) for c in cfg.passthrough])
+
+
+@dataclass(frozen=True)
+class TextChunkWorker:
+    """Reads, formats, tokenizes (and packs) one chunk. Runs inside Ray tasks."""
+
+    cfg: PretokenizeConfig
+    s3: storage.S3Options  # resolved by the driver: cluster workers do not share its environment
+
+    def __call__(self, chunk: Chunk) -> ChunkOutput:
+        cfg = self.cfg
+        tok = load_tokenizer(cfg.tokenizer)
+        records = read_chunk(chunk, self.s3, cfg.text_unit)
+        counts: Counter = Counter()
+        rejects = list(records.rejects)
+        counts["rows_read"] = len(records.rows) + sum(r.is_row for r in rejects)
+        counts["files_rejected"] = sum(not r.is_row for r in rejects)
+        counts["blank_lines"] = records.blank_lines
+
+        formatter = (
+            SFTFormatter(tok, schema=cfg.sft.layout, messages_column=cfg.sft.messages_column,
+                         prompt_template=cfg.sft.prompt_template, response_template=cfg.sft.response_template)
+            if cfg.format == "sft" else TextFormatter(cfg.text_column)
+        )
+        segments, kept = Segments(), []
+        for i, row in enumerate(records.rows):
+            try:
+                segments.add_row(formatter(row))
+                kept.append(i)
+            except RowError as exc:
+                rejects.append(Reject(chunk.source.uri, records.position_label(i), str(exc), _raw(row)))
+        kept_idx = np.asarray(kept, np.int64)
+        rows = encode_segments(tok, segments, eos_id=tok.eos_token_id if cfg.format == "pretrain" else None)
+
+        source_row, piece = np.arange(rows.num_rows), np.zeros(rows.num_rows, np.int64)
+        if cfg.max_length is not None:
+            lengths = rows.lengths
+            over = np.flatnonzero(lengths > cfg.max_length)
+            counts[f"rows_over_max_length_{cfg.overlong}"] = len(over)
+            if cfg.overlong == "truncate":
+                counts["tokens_truncated"] = int((lengths[over] - cfg.max_length).sum())
+            if cfg.overlong == "reject":
+                rejects += [
+                    Reject(chunk.source.uri, records.position_label(int(kept_idx[j])), f"{int(lengths[j])} tokens > max_length {cfg.max_length}", _raw(records.rows[int(kept_idx[j])]))
+                    for j in over
+                ]
+            rows, source_row, piece = limit_length(rows, cfg.max_length, cfg.overlong)
+
+        counts["rows_rejected"] = sum(r.is_row for r in rejects)
+        counts["rows_accepted"] = counts["rows_read"] - counts["rows_rejected"]
+        counts["tokens"] = len(rows.ids)
+        counts["tokens_trained"] = int(rows.mask.sum())
+        positions = records.positions[kept_idx[source_row]] if len(source_row) else np.zeros(0, np.int64)
+        if cfg.pack:
+            packed = pack(rows, cfg.pack.seq_len, tokenizer_identity(cfg.tokenizer)["pad_id"])
+            counts["pad_tokens"] = packed.pad_tokens
+            n, width = packed.input_ids.shape if packed.input_ids.size else (0, cfg.pack.seq_len)
+            table = pa.table(
+                {
+                    "id": stable_ids(f"{chunk.source.key}#packed@{chunk.start}", np.arange(n)),
+                    "input_ids": pa.FixedSizeListArray.from_arrays(packed.input_ids.ravel(), width),
+                    "loss_mask": pa.FixedSizeListArray.from_arrays(packed.loss_mask.ravel(), width),
+                    "position_ids": pa.FixedSizeListArray.from_arrays(packed.position_ids.ravel(), width),
+                    "length": packed.length,
+                },
+                schema=table_schema(cfg),
+            )
+        else:
+            input_ids, loss_mask = rows.arrow_lists()
+            columns: dict[str, Any] = {
+                "id": stable_ids(chunk.source.key, positions, 0) if not piece.any() else _piece_ids(chunk.source.key, positions, piece),
+                "input_ids": input_ids,
+                "loss_mask": loss_mask,
+                "length": rows.lengths.astype(np.int32),
+            }
+            for name in cfg.passthrough:
+                columns[name] = [_as_text(records.rows[int(kept_idx[r])], name) for r in source_row]
+            table = pa.table(columns, schema=table_schema(cfg))
+        counts["rows_written"] = table.num_rows
+        return ChunkOutput(table, rejects, counts)
+
+
+def _piece_ids(key: str, positions: np.ndarray, piece: np.ndarray) -> np.ndarray:
+    """Piece 0 keeps the row's own id; later pieces of a split row get salted ids."""
+    ids = stable_ids(key, positions, 0)
+    later = piece > 0
+    ids[later] = stable_ids(key, positions[later] * 1_000_003 + piece[later], 1)
+    return ids
+
+
+def _raw(row: Any) -> str:
+    import json
+
+    return row if isinstance(row, str) else json.dumps(row, ensure_ascii=False, default=str)[:200]
+
+
+def _as_text(row: Any, name: str) -> str | None:
+    import json
+
+    value = row.get(name) if isinstance(row, dict) else None
+    return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
+
+
+def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
+    """Runs the job; returns a summary (rows, tokens, rejects, path, timings).
+
+    Raises:
+        PrepError: bad input paths, an existing table without ``overwrite``, a failed chunk.
+    """
+    t0 = time.perf_counter()
+    s3 = cfg.s3.options().resolved()
+    opts = storage.lance_storage_options(cfg.output, s3)
+    rejects_opts = storage.lance_storage_options(cfg.rejects_uri, s3)
+    if lance_io.table_exists(cfg.output, opts) and not cfg.overwrite:
+        raise PrepError(f"{cfg.output} already holds a table; pass --overwrite (or overwrite: true) to replace it")
+    sources = list_sources(cfg.inputs, cfg.input_format, s3)
+    identity = tokenizer_identity(cfg.tokenizer)  # loads it here: a bad tokenizer fails before Ray starts
+    if cfg.format == "sft" and cfg.sft.prompt_template is None:
+        SFTFormatter(load_tokenizer(cfg.tokenizer))
+    chunks = plan_chunks(sources, cfg.chunk_bytes, cfg.text_unit, s3)
+    for uri, o in ((cfg.output, opts), (cfg.rejects_uri, rejects_opts)):
+        if not lance_io.table_exists(uri, o):
+            lance_io.remove_table(uri, s3)  # orphan files of a run that died before its commit
+
+    from prep.ray_runtime import init_ray
+
+    t_ray = time.perf_counter()
+    init_ray(cfg.ray.address, num_cpus=cfg.ray.num_cpus)
+    t_run = time.perf_counter()
+    results = run_chunks(chunks, TextChunkWorker(cfg, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
+    counts: Counter = sum((r.counts for r in results), Counter())
+    if counts["rows_read"] != counts["rows_accepted"] + counts["rows_rejected"]:
+        raise PrepError(f"row accounting failed: read {counts['rows_read']} != accepted {counts['rows_accepted']} + rejected {counts['rows_rejected']}")
+    metadata = {
+        "format": "prep.table/1",
+        "prep_version": prep.__version__,
+        "kind": cfg.kind,
+        "config": cfg.model_dump(mode="json", exclude={"s3"}),
+        "config_hash": config_hash(cfg),
+        "tokenizer": identity,
+        "seq_len": cfg.pack.seq_len if cfg.pack else None,
+        "sources": [s.describe() for s in sources],
+        "counts": dict(sorted(counts.items())),
+        "rejects_uri": cfg.rejects_uri,
+    }
+    commit_outputs(results, schema=table_schema(cfg), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, metadata=metadata, storage_options=opts)
+    if cfg.overwrite:
+        _drop_old_versions(cfg.output, opts)
+        _drop_old_versions(cfg.rejects_uri, rejects_opts)
+    t_end = time.perf_counter()
+    return {
+        "table": cfg.output,
+        "rejects": cfg.rejects_uri,
+        "kind": cfg.kind,
+        "chunks": len(chunks),
+        "sources": len(sources),
+        **{k: counts[k] for k in ("rows_read", "rows_written", "rows_rejected", "tokens", "tokens_trained")},
+        **({"pad_tokens": counts["pad_tokens"]} if cfg.pack else {}),
+        "seconds": {"ray_init": round(t_run - t_ray, 2), "job": round(t_end - t_run, 2), "total": round(t_end - t0, 2)},
+        "counts": dict(counts),
+    }
+
+
+def _drop_old_versions(uri: str, opts: dict[str, str] | None) -> None:
+    from datetime import timedelta
+
+    lance_io.open_table(uri, storage_options=opts).cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A few lines a person reads after a run (also what the README shows)."""
+    s = summary
+    lines = [
+        f"wrote {s['table']} ({s['kind']})",
+        f"  rows: read {s['rows_read']:,} = written {s['rows_read'] - s['rows_rejected']:,} + rejected {s['rows_rejected']:,}"
+        + (f" -> {s['rows_written']:,} table rows" if s["rows_written"] != s["rows_read"] - s["rows_rejected"] else ""),
+        f"  tokens: {s['tokens']:,} ({s['tokens_trained']:,} trained on)" + (f", {s['pad_tokens']:,} pad" if "pad_tokens" in s else ""),
+        f"  rejects: {s['rejects']}",
+        f"  time: {s['seconds']['total']}s (ray start {s['seconds']['ray_init']}s, job {s['seconds']['job']}s) over {s['chunks']} chunks of {s['sources']} files",
+    ]
+    return "\n".join(lines)

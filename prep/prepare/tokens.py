@@ -1,0 +1,147 @@
+"""Token rows as flat NumPy buffers: encode, enforce a length limit, pack.
+
+Rows are held as one ``ids`` buffer, one ``mask`` buffer and ``offsets`` (the
+Arrow list layout), so every step after the tokenizer is a handful of vectorized
+NumPy operations and the result becomes Arrow without copying row by row.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+from prep.prepare.formats import Segments
+
+__all__ = ["TokenRows", "Packed", "encode_segments", "limit_length", "pack", "OverlongPolicy"]
+
+OverlongPolicy = Literal["truncate", "reject", "split"]
+
+
+@dataclass
+class TokenRows:
+    """Variable-length token rows: row ``i`` is ``ids[offsets[i]:offsets[i+1]]``."""
+
+    ids: np.ndarray  # int32
+    mask: np.ndarray  # int8, 1 = trained on
+    offsets: np.ndarray  # int64, len = rows + 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.offsets) - 1
+
+    def select(self, keep: np.ndarray) -> "TokenRows":
+        """The rows where ``keep`` (bool per row) is true."""
+        lengths = self.lengths
+        token_keep = np.repeat(keep, lengths)
+        return TokenRows(self.ids[token_keep], self.mask[token_keep], _offsets(lengths[keep]))
+
+    def arrow_lists(self) -> tuple[pa.Array, pa.Array]:
+        offsets = pa.array(self.offsets.astype(np.int32))
+        return pa.ListArray.from_arrays(offsets, pa.array(self.ids)), pa.ListArray.from_arrays(offsets, pa.array(self.mask))
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def encode_segments(tokenizer: Any, segments: Segments, eos_id: int | None = None) -> TokenRows:
+    """Tokenizes all segments in one batch call and concatenates them per row.
+
+    Args:
+        tokenizer: a HuggingFace fast tokenizer (its Rust backend is called directly).
+        segments: rows as flat segments.
+        eos_id: if given, appended to every row (pretraining documents).
+    """
+    encodings = tokenizer.backend_tokenizer.encode_batch_fast(segments.texts, add_special_tokens=False)
+    seg_ids = [e.ids for e in encodings]
+    seg_len = np.fromiter(map(len, seg_ids), np.int64, count=len(seg_ids))
+    ids = np.fromiter(itertools.chain.from_iterable(seg_ids), np.int32, count=int(seg_len.sum()))
+    mask = np.repeat(np.asarray(segments.trainable, np.int8), seg_len)
+    counts = np.asarray(segments.counts, np.int64)
+    row_of_seg = np.repeat(np.arange(len(counts)), counts)
+    row_len = np.bincount(row_of_seg, weights=seg_len, minlength=len(counts)).astype(np.int64)
+    offsets = _offsets(row_len)
+    if eos_id is not None:
+        ids = np.insert(ids, offsets[1:], np.int32(eos_id))
+        mask = np.insert(mask, offsets[1:], np.int8(1))
+        offsets = _offsets(row_len + 1)
+    return TokenRows(ids, mask, offsets)
+
+
+def limit_length(rows: TokenRows, max_length: int, policy: OverlongPolicy) -> tuple[TokenRows, np.ndarray, np.ndarray]:
+    """Applies the over-long policy.
+
+    Returns:
+        (rows, source_row, piece): for every output row, the input row it came from
+        and its piece number (0 unless ``split`` cut the row). Rows rejected under
+        ``reject`` are absent; callers find them as input rows missing from ``source_row``.
+    """
+    lengths = rows.lengths
+    n = rows.num_rows
+    if policy == "reject":
+        keep = lengths <= max_length
+        return rows.select(keep), np.flatnonzero(keep), np.zeros(int(keep.sum()), np.int64)
+    if policy == "truncate":
+        within = np.arange(len(rows.ids)) - np.repeat(rows.offsets[:-1], lengths)
+        keep_tok = within < max_length
+        return TokenRows(rows.ids[keep_tok], rows.mask[keep_tok], _offsets(np.minimum(lengths, max_length))), np.arange(n), np.zeros(n, np.int64)
+    pieces = np.maximum(1, -(-lengths // max_length))
+    source_row = np.repeat(np.arange(n), pieces)
+    first_piece = _offsets(pieces)[:-1]
+    piece = np.arange(int(pieces.sum())) - np.repeat(first_piece, pieces)
+    starts = rows.offsets[source_row] + piece * max_length
+    ends = np.minimum(starts + max_length, rows.offsets[source_row + 1])
+    return TokenRows(rows.ids, rows.mask, _offsets(ends - starts)), source_row, piece
+
+
+@dataclass
+class Packed:
+    """Fixed-length rows: ``[num_rows, seq_len]`` buffers plus real-token counts."""
+
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+    position_ids: np.ndarray
+    length: np.ndarray
+    pad_tokens: int
+
+
+def pack(rows: TokenRows, seq_len: int, pad_id: int) -> Packed:
+    """Concatenates rows into ``seq_len`` sequences, keeping every token.
+
+    A document that crosses a sequence boundary continues in the next sequence.
+    ``position_ids`` restart at 0 where a document starts and at each sequence
+    start, so attention can be limited to documents. Only the last sequence is
+    padded (``pad_id``, loss mask 0, position 0); the pad count is returned.
+
+    >>> r = TokenRows(np.arange(5, dtype=np.int32), np.ones(5, np.int8), np.array([0, 3, 5]))
+    >>> p = pack(r, 4, pad_id=0)
+    >>> p.input_ids.tolist(), p.position_ids.tolist(), p.length.tolist(), p.pad_tokens
+    ([[0, 1, 2, 3], [4, 0, 0, 0]], [[0, 1, 2, 0], [0, 0, 0, 0]], [4, 1], 3)
+    """
+    total = len(rows.ids)
+    num = -(-total // seq_len)
+    pad = num * seq_len - total
+    token = np.arange(total)
+    doc_start = np.repeat(rows.offsets[:-1], rows.lengths)
+    row_start = (token // seq_len) * seq_len
+    positions = (token - np.maximum(doc_start, row_start)).astype(np.int32)
+    length = np.full(num, seq_len, np.int32)
+    if num:
+        length[-1] = seq_len - pad
+    return Packed(
+        input_ids=np.concatenate([rows.ids, np.full(pad, pad_id, np.int32)]).reshape(num, seq_len),
+        loss_mask=np.concatenate([rows.mask, np.zeros(pad, np.int8)]).reshape(num, seq_len),
+        position_ids=np.concatenate([positions, np.zeros(pad, np.int32)]).reshape(num, seq_len),
+        length=length,
+        pad_tokens=pad,
+    )

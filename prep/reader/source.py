@@ -1,0 +1,181 @@
+"""The I/O stage: large sequential reads of one rank's splits, as NumPy arrays.
+
+One read covers several steps of every split the rank owns (``b`` rows of each
+split per step): a range ``[t0*b, t1*b)`` read with Lance's offset/limit (a seek,
+whatever the position), or a ``take`` of a worker's strided steps. Arrow buffers
+are handed on without copies where the layout allows (see :func:`columns_to_numpy`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from prep import storage
+from prep.errors import PrepError
+from prep.reader.schedule import Schedule
+
+__all__ = ["Ragged", "RawChunk", "SplitTable", "ChunkSource", "columns_to_numpy", "EPOCH_KEY", "STEP_KEY"]
+
+EPOCH_KEY = "epoch"
+STEP_KEY = "step"
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """A list column as Arrow lays it out: row ``i`` is ``values[offsets[i]:offsets[i+1]]``."""
+
+    offsets: np.ndarray
+    values: np.ndarray
+
+
+def columns_to_numpy(table: pa.Table) -> dict[str, Any]:
+    """Arrow columns as NumPy: zero-copy views of the Arrow buffers where the type allows.
+
+    ``list<T>`` becomes :class:`Ragged`, ``fixed_size_list<T>[n]`` a 2-D ``(rows, n)`` array,
+    anything else a 1-D array. Boolean values (bit-packed in Arrow) are the one copy.
+    """
+    out: dict[str, Any] = {}
+    for name, col in zip(table.column_names, table.columns):
+        arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+            values = arr.values
+            out[name] = Ragged(arr.offsets.to_numpy(), values.to_numpy(zero_copy_only=not pa.types.is_boolean(values.type)))
+        elif pa.types.is_fixed_size_list(arr.type):
+            flat = arr.flatten()
+            out[name] = flat.to_numpy(zero_copy_only=not pa.types.is_boolean(flat.type)).reshape(len(arr), arr.type.list_size)
+        else:
+            out[name] = arr.to_numpy(zero_copy_only=False)
+    return out
+
+
+class SplitTable:
+    """One split's rows in read order, with reads that name the file when they fail.
+
+    Args:
+        uri: the split's Lance dataset.
+        dataset: the open dataset.
+        columns: the columns to read.
+    """
+
+    def __init__(self, uri: str, dataset: Any, columns: list[str]) -> None:
+        self.uri, self._ds, self._columns = uri, dataset, columns
+
+    @classmethod
+    def open(cls, uri: str, *, expected_rows: int, columns: list[str], s3: storage.S3Options | None = None) -> "SplitTable":
+        """Opens ``uri``; its row count must equal the manifest's ``expected_rows``."""
+        import lance  # lazily: opened in the I/O thread, never before a fork
+
+        try:
+            ds = lance.dataset(uri, storage_options=storage.lance_storage_options(uri, s3))
+            rows = ds.count_rows()
+        except Exception as exc:  # Lance raises ValueError/OSError/RuntimeError for missing or broken files
+            raise PrepError(f"cannot open split dataset {uri} ({_first_line(exc)}); "
+                            "re-run `prep materialize-shuffle` or `prep prewarm`") from exc
+        if rows != expected_rows:
+            raise PrepError(f"split dataset {uri} has {rows} rows, the manifest says {expected_rows}: "
+                            "it is truncated or was replaced; re-run `prep materialize-shuffle`")
+        missing = [c for c in columns if c not in ds.schema.names]
+        if missing:
+            raise PrepError(f"split dataset {uri} lacks columns {missing} (it has {ds.schema.names})")
+        return cls(uri, ds, columns)
+
+    def read(self, rows: np.ndarray) -> pa.Table:
+        """Rows at the given positions (ascending): a range read when they are contiguous."""
+        start, stop = int(rows[0]), int(rows[-1]) + 1
+        try:
+            if stop - start == len(rows):
+                table = self._ds.to_table(columns=self._columns, offset=start, limit=stop - start)
+            else:
+                table = self._ds.take(rows, columns=self._columns)
+        except Exception as exc:
+            raise PrepError(f"cannot read rows [{start}, {stop}) of {self.uri} ({_first_line(exc)}): "
+                            "a data file is missing or corrupt; re-run `prep materialize-shuffle`") from exc
+        if table.num_rows != len(rows):
+            raise PrepError(f"{self.uri}: read {table.num_rows} rows of [{start}, {stop}), expected {len(rows)}")
+        return table
+
+
+class Layout(Protocol):
+    """What the source needs from a materialized output or an on-the-fly plan."""
+
+    def open_split(self, epoch: int, split: int, columns: list[str]) -> Any: ...
+
+
+@dataclass
+class RawChunk:
+    """One read: ``steps`` of ``epoch``; ``parts[i]`` holds split ``i``'s ``len(steps) * b`` rows."""
+
+    epoch: int
+    steps: np.ndarray
+    parts: list[dict[str, Any]]
+    num_rows: int
+    nbytes: int
+    fetch_s: float = field(default=0.0)
+
+
+class ChunkSource:
+    """Stage: reads the rank's splits one chunk of steps at a time.
+
+    State is ``{epoch, step}``: the position after the last chunk returned.
+
+    Args:
+        layout: the materialized output (or on-the-fly plan) to read.
+        schedule: the steps being read.
+        splits: the rank's splits.
+        columns: the columns to read.
+        worker: this DataLoader worker's index (0 without workers).
+        num_workers: DataLoader workers sharing the rank's steps (1 without workers).
+        max_steps: steps in one read once reads have ramped up.
+    """
+
+    def __init__(self, *, layout: Layout, schedule: Schedule, splits: range, columns: list[str],
+                 worker: int = 0, num_workers: int = 1, max_steps: int = 64) -> None:
+        self._layout, self._schedule, self._splits, self._columns = layout, schedule, splits, columns
+        self._worker, self._num_workers, self._max_steps = worker, num_workers, max_steps
+        self._tables: dict[int, Any] = {}
+        self._tables_epoch: int | None = None
+        self.reset(None)
+
+    def reset(self, initial_state: dict[str, int] | None) -> None:
+        """Seeks to ``initial_state`` (``None``: the first step)."""
+        start = 0 if initial_state is None else self._schedule.index(initial_state[EPOCH_KEY], initial_state[STEP_KEY])
+        self._position = self._schedule.position(start)
+        self._chunks = self._schedule.chunks(start, self._worker, self._num_workers, self._max_steps)
+
+    def next(self) -> RawChunk:
+        """Reads the next chunk. Raises StopIteration after the last one."""
+        epoch, steps = next(self._chunks)
+        started = time.perf_counter()
+        b = self._schedule.rows_per_split_step
+        rows = (steps[:, None] * b + np.arange(b)).ravel()
+        parts, nbytes = [], 0
+        for split in self._splits:
+            table = self._table(epoch, split).read(rows)
+            nbytes += table.nbytes
+            parts.append(columns_to_numpy(table))
+        self._position = self._schedule.position(self._schedule.index(epoch, int(steps[-1])) + 1)
+        return RawChunk(epoch, steps, parts, len(rows) * len(self._splits), nbytes, time.perf_counter() - started)
+
+    def get_state(self) -> dict[str, int]:
+        return {EPOCH_KEY: self._position[0], STEP_KEY: self._position[1]}
+
+    def shutdown(self) -> None:
+        self._tables.clear()
+
+    def _table(self, epoch: int, split: int) -> Any:
+        if self._tables_epoch != epoch:
+            self._tables.clear()
+            self._tables_epoch = epoch
+        if split not in self._tables:
+            self._tables[split] = self._layout.open_split(epoch, split, self._columns)
+        return self._tables[split]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]

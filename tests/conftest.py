@@ -1,0 +1,142 @@
+"""Session fixtures for real components: a local Ray, a Ray head for `ray job submit`,
+an S3 endpoint (moto_server on 127.0.0.1), and the shared real data."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+VENV_BIN = Path(sys.executable).parent
+TOKENIZER_DIR = SHARED_DATA / "tokenizers" / "mistral-v3"
+GSM8K = SHARED_DATA / "gsm8k" / "train.jsonl"
+SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
+HYMENOPTERA = SHARED_DATA / "hymenoptera" / "train"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real test data not found at {SHARED_DATA} (see ../shared/data/README.md)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(shared_data: Path) -> str:
+    return str(TOKENIZER_DIR)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """An in-process local Ray with 2 CPUs, shared by the whole session."""
+    import ray
+
+    from prep.ray_runtime import init_ray
+
+    init_ray(num_cpus=2)
+    yield ray
+    ray.shutdown()
+
+
+@dataclass
+class RayHead:
+    address: str  # for `ray job submit --address`
+    gcs_address: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """A real `ray start --head` from this venv, stopped (only it) at the end."""
+    temp_dir = tempfile.mkdtemp(prefix="prep-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    port, dash = _free_port(), _free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    env.pop("RAY_ADDRESS", None)
+    subprocess.run(
+        [str(VENV_BIN / "ray"), "start", "--head", "--num-cpus=2", f"--port={port}", f"--dashboard-port={dash}",
+         "--dashboard-host=127.0.0.1", "--object-store-memory=300000000", f"--temp-dir={temp_dir}",
+         "--disable-usage-stats"],
+        env=env, check=True, capture_output=True, timeout=120,
+    )
+    try:
+        yield RayHead(address=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{port}", env=env)
+    finally:
+        # `ray stop` would stop every Ray on the host; stop only the processes of this head's temp dir.
+        out = subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True).stdout.split()
+        for pid in map(int, out):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        time.sleep(1)
+        for pid in map(int, subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True).stdout.split()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3_env():
+    """A moto_server S3 endpoint on 127.0.0.1; exports AWS_* so every client (and Ray worker) finds it."""
+    port = _free_port()
+    proc = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("moto_server did not start")
+            time.sleep(0.2)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def s3_bucket(s3_env) -> str:
+    """A fresh, empty bucket (boto3: s3fs mkdir fails on moto's location constraints)."""
+    import boto3
+
+    name = f"prep-test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket=name)
+    return name

@@ -1,0 +1,68 @@
+import pytest
+
+from prep.config import config_hash, load_config
+from prep.errors import PrepError
+from prep.prepare.pretokenize import PretokenizeConfig
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = "input: a.jsonl\noutput: out.lance\ntokenizer: builtin:mistral-v3\nformat: sft\n"
+
+
+def test_unknown_key_is_one_line_error_naming_the_key(tmp_path):
+    with pytest.raises(PrepError) as e:
+        load_config(PretokenizeConfig, write(tmp_path, BASE + "sft:\n  layuot: qa\n"))
+    msg = str(e.value)
+    assert "sft.layuot" in msg and "\n" not in msg
+
+
+def test_wrong_type_names_key_and_value(tmp_path):
+    with pytest.raises(PrepError, match=r"key 'max_length'.*'lots'"):
+        load_config(PretokenizeConfig, write(tmp_path, BASE + "max_length: lots\n"))
+
+
+def test_bad_literal_lists_choices(tmp_path):
+    with pytest.raises(PrepError, match=r"overlong.*'truncate', 'reject' or 'split'"):
+        load_config(PretokenizeConfig, write(tmp_path, BASE + "overlong: drop\n"))
+
+
+def test_missing_required_key(tmp_path):
+    with pytest.raises(PrepError, match=r"key 'tokenizer': Field required"):
+        load_config(PretokenizeConfig, write(tmp_path, "input: a\noutput: b\nformat: sft\n"))
+
+
+def test_missing_config_file_names_path(tmp_path):
+    with pytest.raises(PrepError, match="config file not found: .*nope.yaml"):
+        load_config(PretokenizeConfig, tmp_path / "nope.yaml")
+
+
+def test_overrides_replace_config_values_and_change_hash(tmp_path):
+    path = write(tmp_path, BASE)
+    a = load_config(PretokenizeConfig, path)
+    b = load_config(PretokenizeConfig, path, input="other.jsonl", output=None, tokenizer="/tok")
+    assert (b.input, b.output, b.tokenizer) == ("other.jsonl", "out.lance", "/tok")
+    assert config_hash(a) == config_hash(load_config(PretokenizeConfig, path))
+    assert config_hash(a) != config_hash(b)
+
+
+def test_rejects_path_derives_from_output(tmp_path):
+    cfg = load_config(PretokenizeConfig, write(tmp_path, BASE))
+    assert cfg.rejects_uri == "out.rejects.lance"
+
+
+def test_passthrough_with_packing_is_rejected(tmp_path):
+    with pytest.raises(PrepError, match="passthrough"):
+        load_config(PretokenizeConfig, write(tmp_path, BASE + "pack:\n  seq_len: 64\npassthrough: [source]\n"))
+
+
+@pytest.mark.parametrize("name", ["gsm8k-sft", "alpaca-sft", "shakespeare-packed"])
+def test_shipped_configs_validate(name):
+    from conftest import REPO
+
+    cfg = load_config(PretokenizeConfig, REPO / "configs" / f"{name}.yaml")
+    assert cfg.output.endswith(".lance")

@@ -1,0 +1,99 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from prep.errors import PrepError
+from prep.prepare.sources import list_sources, plan_chunks, read_chunk
+
+
+def lines_file(tmp_path, n=200):
+    p = tmp_path / "rows.jsonl"
+    rows = [{"question": f"q{i} " + "x" * (i % 37), "answer": f"a{i}"} for i in range(n)]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p, rows
+
+
+@pytest.mark.parametrize("chunk_bytes", [4096, 5000, 7777, 1 << 20])
+def test_every_line_lands_in_exactly_one_chunk(tmp_path, chunk_bytes):
+    path, rows = lines_file(tmp_path, 500)
+    sources = list_sources([str(path)])
+    chunks = plan_chunks(sources, chunk_bytes)
+    got, positions = [], []
+    for c in chunks:
+        rec = read_chunk(c)
+        got += rec.rows
+        positions += rec.positions.tolist()
+    assert got == rows
+    data = path.read_bytes()
+    assert all(p == 0 or data[p - 1 : p] == b"\n" for p in positions)
+    assert len(set(positions)) == len(rows)
+
+
+def test_bad_lines_become_rejects_with_exact_line_numbers_in_later_chunks(tmp_path):
+    good = [json.dumps({"question": "q" * 50, "answer": "a"}) for _ in range(300)]
+    good[250] = '{"question": "broken'
+    good[260] = "[1, 2]"
+    p = tmp_path / "bad.jsonl"
+    p.write_bytes(("\n".join(good[:270]) + "\n").encode() + b'{"question": "\xff\xfe"}\n' + ("\n".join(good[270:]) + "\n").encode())
+    chunks = plan_chunks(list_sources([str(p)]), 4096)
+    assert len(chunks) > 3
+    rejects = [r for c in chunks for r in read_chunk(c).rejects]
+    by_line = {r.position: r.reason for r in rejects}
+    assert by_line.keys() == {"line 251", "line 261", "line 271"}
+    assert "malformed JSON" in by_line["line 251"]
+    assert "expected a JSON object" in by_line["line 261"]
+    assert "invalid UTF-8" in by_line["line 271"]
+    assert sum(len(read_chunk(c).rows) for c in chunks) == 298
+
+
+def test_empty_file_is_a_file_level_reject(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    (rec,) = [read_chunk(c) for c in plan_chunks(list_sources([str(tmp_path)]), 1 << 20)]
+    assert rec.rows == [] and rec.rejects[0].position == "file" and rec.rejects[0].reason == "empty file"
+
+
+def test_missing_path_and_directory_without_matches_are_clear_errors(tmp_path):
+    with pytest.raises(PrepError, match="input not found: .*nothing.jsonl"):
+        list_sources([str(tmp_path / "nothing.jsonl")])
+    (tmp_path / "notes.bin").write_bytes(b"x")
+    with pytest.raises(PrepError, match="holds no"):
+        list_sources([str(tmp_path)])
+
+
+def test_directory_and_glob_listing_is_sorted_with_relative_keys(tmp_path):
+    (tmp_path / "b").mkdir()
+    for name in ["b/2.jsonl", "a.jsonl", "b/1.jsonl"]:
+        (tmp_path / name).write_text('{"text": "x"}\n')
+    keys = [s.key for s in list_sources([str(tmp_path)])]
+    assert keys == ["a.jsonl", "b/1.jsonl", "b/2.jsonl"]
+    assert [s.key for s in list_sources([str(tmp_path / "b" / "*.jsonl")])] == ["1.jsonl", "2.jsonl"]
+
+
+def test_json_array_csv_parquet_and_text_are_read(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps([{"text": "one"}, 5, {"text": "two"}]))
+    (tmp_path / "b.csv").write_text('text,n\n"hello, world",1\nbad,row,extra\nok,2\n')
+    pq.write_table(pa.table({"text": ["p0", "p1", "p2"]}), tmp_path / "c.parquet", row_group_size=1)
+    (tmp_path / "d.txt").write_text("para one\nstill one\n\n\npara two\n")
+    out = {}
+    for c in plan_chunks(list_sources([str(tmp_path)]), 1 << 20):
+        rec = read_chunk(c)
+        out.setdefault(c.source.key, ([], []))
+        out[c.source.key][0].extend(rec.rows)
+        out[c.source.key][1].extend(rec.rejects)
+    assert out["a.json"][0] == [{"text": "one"}, {"text": "two"}]
+    assert out["a.json"][1][0].position == "element 1"
+    assert [r["text"] for r in out["b.csv"][0]] == ["hello, world", "ok"]
+    assert "expected 2 columns, got 3" in out["b.csv"][1][0].reason
+    assert [r["text"] for r in out["c.parquet"][0]] == ["p0", "p1", "p2"]
+    assert out["d.txt"][0] == ["para one\nstill one", "para two\n"]
+
+
+def test_parquet_row_groups_are_chunked_with_global_row_positions(tmp_path):
+    pq.write_table(pa.table({"text": [f"r{i}" * 100 for i in range(40)]}), tmp_path / "big.parquet", row_group_size=5)
+    chunks = plan_chunks(list_sources([str(tmp_path)]), 4096)
+    assert len(chunks) > 1
+    positions = np.concatenate([read_chunk(c).positions for c in chunks])
+    assert positions.tolist() == list(range(40))
