@@ -17,6 +17,7 @@ __all__ = ["main"]
 
 _COMMANDS = (
     "pretokenize",
+    "decode_images",
 )
 
 

@@ -100,12 +100,12 @@ def _mtime(info: dict[str, Any]) -> str:
     return str(info.get("mtime") or info.get("LastModified") or info.get("ETag") or "")
 
 
-def _infer_kind(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, Any]]], is_dir: bool) -> str:
+def _infer_kind(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, Any]]], is_dir: bool, s3: storage.S3Options | None) -> str:
     exts = {os.path.splitext(p)[1].lower() for p, _ in files}
     if exts == {".tar"}:
         return "webdataset"
     if exts == {".parquet"}:
-        names = tables.parquet_columns(_uri(given, files[0][0]), cfg.s3.options())
+        names = tables.parquet_columns(_uri(given, files[0][0]), s3)
         if cfg.image_column in names:
             return "parquet"
         if cfg.path_column in names:
@@ -134,14 +134,16 @@ def _imagefolder(given: str, root: str, files: list[tuple[str, dict[str, Any]]],
     return items, {"uri": given, "files": len(files), "bytes": total, "listing_sha256": digest.hexdigest()}
 
 
-def _manifest(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, Any]]]) -> tuple[list[FileItem], list[dict[str, Any]]]:
-    s3 = cfg.s3.options()
+def _manifest(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, Any]]], s3: storage.S3Options | None) -> tuple[list[FileItem], list[dict[str, Any]]]:
     items, sources = [], []
     for p, info in files:
         uri = _uri(given, p)
         rows = tables.read_manifest(uri, cfg.path_column, cfg.label_column, s3)
         base = cfg.image_root or posixpath.dirname(uri)
-        for i, (path, label) in enumerate(rows):
+        for i, (path, label, problem) in enumerate(rows):
+            if problem is not None:
+                items.append(FileItem(uri, "", position=f"row {i}", problem=problem))
+                continue
             if not isinstance(path, str) or not path.strip():
                 items.append(FileItem(uri, "", position=f"row {i}", problem=f"column '{cfg.path_column}' is empty or not a string ({path!r})"))
                 continue
@@ -174,16 +176,16 @@ def _labels(cfg: ImagesConfig, kind: str, raw: list[Any]) -> LabelMap:
     return LabelMap(None)
 
 
-def plan(cfg: ImagesConfig) -> Plan:
+def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> Plan:
     """Lists the inputs, picks the source kind, fixes the labels and cuts chunks.
 
     Raises:
         PrepError: an input is missing or empty, kinds differ between inputs, or a
             manifest/Parquet file lacks the configured columns.
     """
-    s3 = cfg.s3.options()
+    s3 = s3 or cfg.s3.options().resolved()
     expanded = [(given, *_expand(given, s3)) for given in cfg.inputs]
-    kinds = {cfg.source if cfg.source != "auto" else _infer_kind(cfg, g, f, d) for g, _, f, d in expanded}
+    kinds = {cfg.source if cfg.source != "auto" else _infer_kind(cfg, g, f, d, s3) for g, _, f, d in expanded}
     if len(kinds) > 1:
         raise PrepError(f"inputs {cfg.inputs} mix source kinds {sorted(kinds)}; prepare them as separate tables")
     kind = kinds.pop()
@@ -196,7 +198,7 @@ def plan(cfg: ImagesConfig) -> Plan:
                 items += found
                 sources.append(src)
             else:
-                found, srcs = _manifest(cfg, given, files)
+                found, srcs = _manifest(cfg, given, files, s3)
                 items += found
                 sources += srcs
         labels = _labels(cfg, kind, [i.label for i in items if i.problem is None])
@@ -243,11 +245,10 @@ def _read_files(chunk: FilesChunk, s3: storage.S3Options | None) -> Iterator[Sam
             raise PrepError(f"{it.uri}: cannot read ({type(got).__name__}: {got}); fix access and rerun")
 
 
-def read_chunk(chunk: Any, cfg: ImagesConfig) -> Iterator[Sample | Reject]:
-    """Yields the chunk's images in order, as samples or rejects."""
-    s3 = cfg.s3.options()
+def read_chunk(chunk: Any, cfg: ImagesConfig, s3: storage.S3Options | None) -> Iterator[Sample | Reject]:
+    """Yields the chunk's images in order, as samples or rejects (``s3`` resolved by the driver)."""
     if isinstance(chunk, FilesChunk):
         return _read_files(chunk, s3)
     if isinstance(chunk, TarChunk):
-        return shards.read_tar(chunk, s3)
+        return shards.read_tar(chunk, s3, cfg.label_column)
     return tables.read_parquet(chunk, cfg, s3)

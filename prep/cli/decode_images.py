@@ -1,0 +1,28 @@
+"""``prep decode-images``: image sources -> a Lance table of decoded, resized pixels."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from prep.cli.common import add_job_arguments, job_overrides
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("decode-images", help="decode and resize images into a Lance table (a Ray Data job)")
+    add_job_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from prep.config import load_config
+    from prep.prepare.images.config import ImagesConfig
+    from prep.prepare.images.job import format_summary, run_decode_images
+
+    cfg = load_config(ImagesConfig, args.config, **job_overrides(args))
+    summary = run_decode_images(cfg)
+    print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
+    return 0

@@ -1,0 +1,128 @@
+"""One chunk of images -> Arrow rows + rejects + counts. Runs inside a Ray task.
+
+Per image: resolve the label, decode by content, fit to the target size, lay out as
+HWC, optionally re-encode. The rows of a chunk are gathered into one contiguous
+buffer and handed to Arrow as a ``fixed_size_list<uint8>`` without a per-row copy.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from prep import storage
+from prep.prepare.ids import stable_ids
+from prep.prepare.images.config import ImagesConfig
+from prep.prepare.images.decode import ImageError, decode
+from prep.prepare.images.labels import LabelError, LabelMap
+from prep.prepare.images.sources import read_chunk
+from prep.prepare.images.transform import Fit, fit
+from prep.prepare.job import ChunkOutput
+from prep.prepare.rejects import Reject
+
+__all__ = ["ImageChunkWorker", "table_schema", "BLOB_METADATA"]
+
+BLOB_METADATA = {b"lance-encoding:blob": b"true"}
+
+
+def table_schema(cfg: ImagesConfig) -> pa.Schema:
+    """The prepared image table's Arrow schema for ``cfg`` (docs/architecture.md)."""
+    h, w, c = cfg.shape
+    fields = [pa.field("id", pa.uint64())]
+    if cfg.store_pixels:
+        fields.append(pa.field("image", pa.list_(pa.uint8(), h * w * c)))
+    fields += [pa.field("label", pa.int32()), pa.field("label_name", pa.string()), pa.field("source", pa.string())]
+    if cfg.encode != "none":
+        fields.append(pa.field("encoded", pa.binary()))
+    if cfg.keep_original:
+        fields.append(pa.field("original", pa.large_binary(), metadata=BLOB_METADATA))
+    return pa.schema(fields)
+
+
+def _encode(hwc: np.ndarray, chw: torch.Tensor, fmt: str, quality: int) -> bytes:
+    if fmt == "jpeg":
+        from torchvision.io import encode_jpeg
+
+        return encode_jpeg(chw, quality=quality).numpy().tobytes()
+    from PIL import Image  # torchvision has no WebP encoder
+
+    buf = io.BytesIO()
+    Image.fromarray(hwc[:, :, 0] if hwc.shape[2] == 1 else hwc).save(buf, "WEBP", quality=quality)
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class ImageChunkWorker:
+    """Decodes one chunk. Picklable: the driver builds it, Ray ships it to every task.
+
+    Args:
+        cfg: the job config.
+        labels: the label mapping the driver fixed for the whole job.
+        s3: S3 options resolved by the driver (cluster workers do not share its environment).
+    """
+
+    cfg: ImagesConfig
+    labels: LabelMap
+    s3: storage.S3Options
+
+    def __call__(self, chunk: Any) -> ChunkOutput:
+        cfg = self.cfg
+        h, w, c = cfg.shape
+        fit_ = Fit(h, w, cfg.resize, cfg.interpolation, cfg.antialias, cfg.pad_value)
+        counts: Counter = Counter()
+        rejects: list[Reject] = []
+        ids: list[int] = []
+        pixels: list[np.ndarray] = []
+        labels: list[int] = []
+        names: list[str] = []
+        sources: list[str] = []
+        encoded: list[bytes] = []
+        originals: list[bytes] = []
+        for item in read_chunk(chunk, cfg, self.s3):
+            if isinstance(item, Reject):
+                rejects.append(item)
+                counts["rows_read" if item.is_row else "files_rejected"] += 1
+                continue
+            counts["rows_read"] += 1
+            counts["bytes_read"] += len(item.data)
+            try:
+                label, name = self.labels.resolve(item.label)
+                dec = decode(item.data, c, cfg.max_pixels)
+            except (LabelError, ImageError) as exc:
+                rejects.append(Reject(item.reject_source, item.position, str(exc), repr(item.data[:48])))
+                continue
+            chw = fit(dec.pixels, fit_)
+            hwc = chw.permute(1, 2, 0).contiguous().numpy()
+            counts[f"format:{dec.format}"] += 1
+            counts["decoded_with_pil"] += dec.via_pil
+            counts["animated_first_frame_kept"] += dec.frames > 1
+            ids.append(int(stable_ids(item.id_key, np.array([item.id_pos]))[0]))
+            if cfg.store_pixels:
+                pixels.append(hwc.reshape(-1))
+            if cfg.encode != "none":
+                encoded.append(_encode(hwc, chw, cfg.encode, cfg.quality))
+            if cfg.keep_original:
+                originals.append(item.data)
+            labels.append(label)
+            names.append(name)
+            sources.append(item.source)
+        counts["rows_rejected"] = sum(r.is_row for r in rejects)
+        counts["rows_accepted"] = len(ids)
+        columns: dict[str, Any] = {"id": pa.array(ids, pa.uint64())}
+        if cfg.store_pixels:
+            flat = np.concatenate(pixels) if pixels else np.zeros(0, np.uint8)
+            columns["image"] = pa.FixedSizeListArray.from_arrays(pa.array(flat), h * w * c)
+        columns.update(label=pa.array(labels, pa.int32()), label_name=pa.array(names, pa.string()), source=pa.array(sources, pa.string()))
+        if cfg.encode != "none":
+            columns["encoded"] = pa.array(encoded, pa.binary())
+        if cfg.keep_original:
+            columns["original"] = pa.array(originals, pa.large_binary())
+        table = pa.table(columns, schema=table_schema(cfg))
+        counts["rows_written"] = table.num_rows
+        return ChunkOutput(table, rejects, counts)
