@@ -24,10 +24,11 @@ class Batcher:
         source: a stage yielding raw chunks (normally the I/O :class:`~prep.reader.prefetch.Prefetcher`).
         schedule: the steps being read (to name the position after a batch).
         spec: how rows become tensors.
+        pin_memory: copy each batch into pinned host memory (for fast, asynchronous GPU copies).
     """
 
-    def __init__(self, source: Any, *, schedule: Schedule, spec: CollateSpec) -> None:
-        self._source, self._schedule, self._spec = source, schedule, spec
+    def __init__(self, source: Any, *, schedule: Schedule, spec: CollateSpec, pin_memory: bool = False) -> None:
+        self._source, self._schedule, self._spec, self._pin = source, schedule, spec, pin_memory
         self.collate_s = 0.0
         self.pending_rows = 0
         self.reset(None)
@@ -51,6 +52,8 @@ class Batcher:
         tensors, ids, num_tokens = collate(chunk.parts, j * b, (j + 1) * b, self._spec)
         step = int(chunk.steps[j])
         batch = Batch.make(tensors, epoch=chunk.epoch, step=step, ids=ids, num_tokens=num_tokens)
+        if self._pin:
+            batch = batch.pin_memory()
         self.collate_s += time.perf_counter() - started
         self._next += 1
         self.pending_rows -= len(ids)

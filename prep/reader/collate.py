@@ -15,66 +15,20 @@ rows) and a handful of whole-array operations:
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
-from prep.errors import PrepError
 from prep.reader.source import Ragged
+from prep.reader.spec import CollateSpec
 
-__all__ = ["CollateSpec", "collate", "IGNORE_INDEX", "TEXT_KINDS"]
+__all__ = ["collate", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
-TEXT_KINDS = ("sft", "pretrain", "packed")
 # Arrow buffers are read-only; the tensors we build on them are never written by the reader.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
                         module=r"prep\.reader\.")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CollateSpec:
-    """How rows become tensors.
-
-    Args:
-        kind: ``sft``, ``pretrain``, ``packed`` or ``images`` (from the table metadata).
-        pad_id: the token that fills padding (the tokenizer's pad id, else its eos id).
-        token_dtype: dtype of ``input_ids`` and ``position_ids`` (default int64; int32 halves
-            host-to-device bytes and keeps packed rows zero-copy).
-        pad_to_multiple_of: round each batch's padded length up to a multiple (shape buckets).
-        image_shape: ``(H, W, C)`` of image rows.
-        image_layout: ``NCHW`` (a channels-last view, no copy) or ``NHWC``.
-        return_loss_mask: also return ``loss_mask`` (uint8).
-    """
-
-    kind: Literal["sft", "pretrain", "packed", "images"]
-    pad_id: int = 0
-    token_dtype: torch.dtype = torch.int64
-    pad_to_multiple_of: int = 1
-    image_shape: tuple[int, int, int] | None = None
-    image_layout: Literal["NCHW", "NHWC"] = "NCHW"
-    return_loss_mask: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in (*TEXT_KINDS, "images"):
-            raise PrepError(f"kind={self.kind!r} must be one of {[*TEXT_KINDS, 'images']}")
-        if self.pad_to_multiple_of < 1:
-            raise PrepError(f"pad_to_multiple_of={self.pad_to_multiple_of} must be >= 1")
-        if self.image_layout not in ("NCHW", "NHWC"):
-            raise PrepError(f"image_layout={self.image_layout!r} must be 'NCHW' or 'NHWC'")
-        if self.kind == "images" and (self.image_shape is None or len(self.image_shape) != 3):
-            raise PrepError(f"image_shape={self.image_shape!r} must be (H, W, C) for image tables")
-
-    @property
-    def columns(self) -> list[str]:
-        """The columns to read for this kind."""
-        return {
-            "sft": ["id", "input_ids", "loss_mask"],
-            "pretrain": ["id", "input_ids", "loss_mask"],
-            "packed": ["id", "input_ids", "loss_mask", "position_ids", "length"],
-            "images": ["id", "image", "label"],
-        }[self.kind]
 
 
 def collate(parts: list[dict[str, Any]], start: int, stop: int, spec: CollateSpec) -> tuple[dict[str, torch.Tensor], np.ndarray, int]:

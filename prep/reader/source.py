@@ -85,18 +85,18 @@ class SplitTable:
         return cls(uri, ds, columns)
 
     def read(self, rows: np.ndarray) -> pa.Table:
-        """Rows at the given positions (ascending): a range read when they are contiguous."""
+        """Rows at the given positions, in that order: a range read when they are contiguous."""
         start, stop = int(rows[0]), int(rows[-1]) + 1
         try:
-            if stop - start == len(rows):
+            if stop - start == len(rows) and (len(rows) < 3 or bool((np.diff(rows) == 1).all())):
                 table = self._ds.to_table(columns=self._columns, offset=start, limit=stop - start)
             else:
                 table = self._ds.take(rows, columns=self._columns)
         except Exception as exc:
-            raise PrepError(f"cannot read rows [{start}, {stop}) of {self.uri} ({_first_line(exc)}): "
+            raise PrepError(f"cannot read rows {start}..{stop - 1} of {self.uri} ({_first_line(exc)}): "
                             "a data file is missing or corrupt; re-run `prep materialize-shuffle`") from exc
         if table.num_rows != len(rows):
-            raise PrepError(f"{self.uri}: read {table.num_rows} rows of [{start}, {stop}), expected {len(rows)}")
+            raise PrepError(f"{self.uri}: read {table.num_rows} rows of {start}..{stop - 1}, expected {len(rows)}")
         return table
 
 
@@ -139,6 +139,7 @@ class ChunkSource:
         self._worker, self._num_workers, self._max_steps = worker, num_workers, max_steps
         self._tables: dict[int, Any] = {}
         self._tables_epoch: int | None = None
+        self.fetch_s, self.bytes_read, self.rows_read = 0.0, 0, 0
         self.reset(None)
 
     def reset(self, initial_state: dict[str, int] | None) -> None:
@@ -159,7 +160,11 @@ class ChunkSource:
             nbytes += table.nbytes
             parts.append(columns_to_numpy(table))
         self._position = self._schedule.position(self._schedule.index(epoch, int(steps[-1])) + 1)
-        return RawChunk(epoch, steps, parts, len(rows) * len(self._splits), nbytes, time.perf_counter() - started)
+        chunk = RawChunk(epoch, steps, parts, len(rows) * len(self._splits), nbytes, time.perf_counter() - started)
+        self.fetch_s += chunk.fetch_s
+        self.bytes_read += nbytes
+        self.rows_read += chunk.num_rows
+        return chunk
 
     def get_state(self) -> dict[str, int]:
         return {EPOCH_KEY: self._position[0], STEP_KEY: self._position[1]}

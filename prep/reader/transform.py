@@ -9,6 +9,7 @@ consumer received. A failure is raised in the consumer naming the batch it hit.
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
@@ -41,6 +42,7 @@ class Transformer:
         self._max_inflight = max_inflight or 2 * num_threads
         self._pool: ThreadPoolExecutor | None = None
         self.transform_s = 0.0
+        self._lock = threading.Lock()
         self.reset(None)
 
     @property
@@ -94,11 +96,11 @@ class Transformer:
             raise ReaderError(f"transform failed on epoch {batch.epoch} step {batch.step}: "
                               f"{type(exc).__name__}: {exc}") from exc
         finally:
-            self.transform_s += time.perf_counter() - started
+            with self._lock:
+                self.transform_s += time.perf_counter() - started
         if isinstance(out, Batch):
             return out
         if not isinstance(out, dict):
             raise ReaderError(f"transform returned {type(out).__name__} on epoch {batch.epoch} step {batch.step}; "
                               "it must return a dict of tensors")
-        wrapped = Batch.make(out, epoch=batch.epoch, step=batch.step, ids=batch.ids, num_tokens=batch.num_tokens)
-        return wrapped
+        return Batch.make(out, epoch=batch.epoch, step=batch.step, ids=batch.ids, num_tokens=batch.num_tokens)

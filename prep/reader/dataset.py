@@ -1,0 +1,210 @@
+"""The torch ``IterableDataset``: whole local batches from a materialized output.
+
+Stages, each on its own bounded queue (see the module of each)::
+
+    ChunkSource (I/O thread) -> Batcher (batch thread) -> [Transformer (thread pool)] -> consumer
+
+Use it with ``DataLoader(ds, batch_size=None, num_workers=0)`` (recommended: the
+threads already overlap I/O, batching and training), or through :class:`prep.reader.Loader`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator, Literal, Sequence
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from prep import storage
+from prep.errors import PrepError
+from prep.reader import state as st
+from prep.reader.batch import Batch
+from prep.reader.batcher import Batcher
+from prep.reader.manifest import Materialized
+from prep.reader.prefetch import Prefetcher
+from prep.reader.schedule import Schedule
+from prep.reader.source import ChunkSource
+from prep.reader.spec import TEXT_KINDS, row_bytes, spec_from_metadata
+from prep.reader.stats import StatsSnapshot, status_line
+from prep.reader.transform import Transformer
+from prep.world import rank_and_world_size, rows_per_split_step, splits_for_rank
+
+__all__ = ["ReaderDataset"]
+
+
+class ReaderDataset(IterableDataset):
+    """Local batches of one rank, in step order, resumable at any step.
+
+    Args:
+        path: a materialized output (``prep materialize-shuffle``), or a prepared Lance table
+            when ``plan`` is given.
+        global_batch_size: rows per global step, a multiple of the number of splits.
+        rank: this rank (default: ``RANK`` or 0).
+        world_size: ranks (default: ``WORLD_SIZE`` or 1); must divide the number of splits.
+        epochs: which epochs to read (default: all in the manifest; with ``plan``: an int n reads 0..n-1).
+        plan: read a prepared table directly with this shuffle plan (keys of the manifest's ``plan``).
+        transform: ``fn(batch) -> dict of tensors``, run on ``transform_threads`` threads.
+        transform_threads: threads for ``transform`` (default 2).
+        pad_id: padding token (default: the table's tokenizer pad id, else its eos id).
+        token_dtype: dtype of ``input_ids``/``position_ids`` (default int64).
+        pad_to_multiple_of: round padded lengths up to a multiple (default 1).
+        image_layout: ``NCHW`` (default) or ``NHWC``.
+        return_loss_mask: also return ``loss_mask`` (default False).
+        pin_memory: build batches in pinned host memory, on the batch thread (default False; needs CUDA).
+        read_bytes: about how many bytes one read covers (default 32 MiB).
+        raw_chunks: reads queued ahead of batching (default 2).
+        prefetch_batches: batches queued ahead of the consumer (default 4).
+        s3: where to reach ``s3://`` URIs (default: the environment).
+
+    Example:
+        >>> ds = ReaderDataset("out/", global_batch_size=96)          # doctest: +SKIP
+        >>> for batch in DataLoader(ds, batch_size=None):              # doctest: +SKIP
+        ...     loss = model(**batch).loss
+        ...     ckpt = {"reader": ds.state_dict()}                     # resumes after this batch
+    """
+
+    def __init__(self, path: str, *, global_batch_size: int, rank: int | None = None, world_size: int | None = None,
+                 epochs: int | Sequence[int] | None = None, plan: dict[str, Any] | None = None,
+                 transform: Callable[[Batch], dict] | None = None, transform_threads: int = 2,
+                 pad_id: int | None = None, token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
+                 image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
+                 pin_memory: bool = False, read_bytes: int = 32 << 20, raw_chunks: int = 2, prefetch_batches: int = 4,
+                 s3: storage.S3Options | None = None) -> None:
+        super().__init__()
+        if plan is not None:
+            from prep.reader.planned import Planned
+
+            self.layout: Any = Planned(path, plan, 1 if epochs is None else epochs, s3=s3)
+            chosen = self.layout.epochs
+        else:
+            self.layout = Materialized.open(path, s3)
+            chosen = self.layout.epochs if epochs is None else _pick_epochs(epochs, self.layout.epochs, path)
+        self.rank, self.world_size = rank_and_world_size(rank, world_size)
+        self.global_batch_size = global_batch_size
+        self.splits = splits_for_rank(self.layout.num_splits, self.rank, self.world_size)
+        b = rows_per_split_step(global_batch_size, self.layout.num_splits)
+        self.schedule = Schedule.build(self.layout.split_rows, chosen, b)
+        self.local_batch_size = b * len(self.splits)
+        self.spec = spec_from_metadata(self.layout.metadata, self.layout.columns, pad_id=pad_id, token_dtype=token_dtype,
+                                       pad_to_multiple_of=pad_to_multiple_of, image_layout=image_layout,
+                                       return_loss_mask=return_loss_mask)
+        self._max_steps = max(1, read_bytes // max(1, row_bytes(self.layout.metadata, self.spec) * self.local_batch_size))
+        self._transform, self._transform_threads = transform, transform_threads
+        self._pin = pin_memory and torch.cuda.is_available()
+        self._raw_chunks, self._prefetch_batches = raw_chunks, prefetch_batches
+        self._position = self.schedule.position(0)
+        self._pending: tuple[int, int] | None = None
+        self._live: dict[str, Any] | None = None
+        self._last = self._prev = StatsSnapshot()
+
+    # --- state -------------------------------------------------------------------------------------
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(epoch, step)`` of the next batch to deliver in this process."""
+        return self._pending or self._position
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the consumer has taken so far: loading it resumes at the next step."""
+        return st.make(self, *self.position)
+
+    def state_after(self, batch: Batch) -> dict[str, Any]:
+        """The state that resumes right after ``batch`` (for a bare DataLoader with worker processes)."""
+        return st.make(self, *self.schedule.position(self.schedule.index(batch.epoch, batch.step) + 1))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at ``state`` on the next ``iter()``. Strict: another plan, table or batch size is an error."""
+        self._pending = st.check(self, state)
+
+    @property
+    def dropped_rows(self) -> int:
+        """Rows of this rank's splits beyond each epoch's last full step (not delivered)."""
+        b = self.schedule.rows_per_split_step
+        return int(sum((self.layout.split_rows[e][self.splits.start:self.splits.stop] - n * b).sum()
+                       for e, n in zip(self.schedule.epochs, self.schedule.steps)))
+
+    # --- iteration ---------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Batch]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        start = self._pending or (self._position if self._position != self.schedule.end else self.schedule.position(0))
+        self._pending, self._position = None, start
+        source = ChunkSource(layout=self.layout, schedule=self.schedule, splits=self.splits, columns=self.spec.columns,
+                             worker=worker, num_workers=num_workers, max_steps=self._max_steps)
+        io = Prefetcher(source, depth=self._raw_chunks, name="reader I/O", size=lambda c: c.num_rows)
+        batcher = Batcher(io, schedule=self.schedule, spec=self.spec, pin_memory=self._pin)
+        last: Any = Prefetcher(batcher, depth=self._prefetch_batches, name="reader batch", size=lambda b: b.num_rows)
+        if self._transform is not None:
+            last = Transformer(last, self._transform, num_threads=self._transform_threads)
+        first = self.schedule.index(*start)
+        live = self._live = dict(source=source, io=io, batcher=batcher, last=last, started=time.perf_counter(),
+                                 wait=0.0, first=None, rows=0, tokens=0, batches=0, worker=worker,
+                                 to_read=len(range(first + worker, self.schedule.total, num_workers)) * self.local_batch_size)
+        self._last = self._prev = StatsSnapshot()
+        last.reset({st.EPOCH_KEY: start[0], st.STEP_KEY: start[1]})
+        try:
+            while True:
+                waited = time.perf_counter()
+                try:
+                    batch = last.next()
+                except StopIteration:
+                    return
+                now = time.perf_counter()
+                live["wait"] += now - waited
+                live["first"] = live["first"] if live["first"] is not None else now - live["started"]
+                live["rows"] += batch.num_rows
+                live["tokens"] += batch.num_tokens
+                live["batches"] += 1
+                self._position = self.schedule.position(self.schedule.index(batch.epoch, batch.step) + 1)
+                batch.worker = worker
+                if num_workers > 1:
+                    batch.stats = self.stats()
+                yield batch
+        finally:
+            last.shutdown()
+
+    # --- observability -----------------------------------------------------------------------------
+    def stats(self) -> StatsSnapshot:
+        """Counters of the current (or last) iteration in this process."""
+        live = self._live
+        if live is None:
+            return StatsSnapshot()
+        source, io, batcher, last = live["source"], live["io"], live["batcher"], live["last"]
+        prefetched = (last.inflight_rows + last._source.queued_rows) if isinstance(last, Transformer) else last.queued_rows
+        return StatsSnapshot(
+            wall_s=time.perf_counter() - live["started"], first_batch_s=live["first"], fetch_s=source.fetch_s,
+            collate_s=batcher.collate_s, transform_s=getattr(last, "transform_s", 0.0), wait_s=live["wait"],
+            bytes_read=source.bytes_read, rows_read=source.rows_read,
+            unscanned_rows=max(0, live["to_read"] - source.rows_read), raw_rows=io.queued_rows + batcher.pending_rows,
+            prefetched_rows=prefetched, consumed_rows=live["rows"], consumed_tokens=live["tokens"],
+            consumed_batches=live["batches"])
+
+    def status_line(self, consumer: str = "consumer") -> str:
+        """``epoch 1/3 step 100 | 11,101 tok/s | 134.4 rows/s | 0/0/48704/3264 | consumer-bound``.
+
+        Rates and the verdict cover the time since the previous call.
+        """
+        cur = self.stats()
+        prev, self._prev = self._prev, cur
+        epoch, step = self._last_consumed()
+        return status_line(prev, cur, epoch=epoch, num_epochs=len(self.layout.epochs), step=step,
+                           tokens=self.spec.kind in TEXT_KINDS, consumer=consumer)
+
+    def _last_consumed(self) -> tuple[int, int]:
+        """(epoch, steps consumed in it) for display."""
+        index = self.schedule.index(*self._position)
+        if index == 0:
+            return self.schedule.epochs[0], 0
+        epoch, step = self.schedule.position(index - 1)
+        return epoch, step + 1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_live": None}
+
+
+def _pick_epochs(epochs: int | Sequence[int], available: tuple[int, ...], path: str) -> tuple[int, ...]:
+    chosen = tuple(range(epochs)) if isinstance(epochs, int) else tuple(sorted(set(epochs)))
+    missing = [e for e in chosen if e not in available]
+    if missing or not chosen:
+        raise PrepError(f"epochs {missing or list(chosen)} are not in {path} (it has epochs {list(available)})")
+    return chosen

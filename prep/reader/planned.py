@@ -1,0 +1,111 @@
+"""Read a prepared table directly, in the order a shuffle plan gives: no materialization.
+
+Same API and same batches as reading ``prep materialize-shuffle``'s output for the
+same plan: split ``s`` of epoch ``e`` is ``prep.plan.split_rows(...)`` of the table,
+fetched with Lance ``take``. Reads are random instead of sequential (more IOPS, more
+CPU), which is the price of skipping materialization; resuming is still a seek
+(``prep.plan.split_rows_range`` computes just the slice it needs).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from prep import storage
+from prep.errors import PrepError
+from prep.reader.source import SplitTable
+
+__all__ = ["Planned", "normalize_plan"]
+
+_PLAN_DEFAULTS: dict[str, Any] = {"num_splits": 48, "strategy": "random", "hash_columns": ["id"], "clump": 1,
+                                  "seed": 0, "filter": None, "columns": None}
+
+
+def normalize_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan with every key of the manifest's ``plan`` block (defaults filled in).
+
+    Raises:
+        PrepError: unknown keys, or a filter (filtered plans must be materialized).
+    """
+    unknown = sorted(set(plan) - set(_PLAN_DEFAULTS))
+    if unknown:
+        raise PrepError(f"plan has unknown keys {unknown}; known: {sorted(_PLAN_DEFAULTS)}")
+    out = {**_PLAN_DEFAULTS, **plan}
+    if out["filter"] is not None:
+        raise PrepError(f"plan filter={out['filter']!r}: reading with a filter needs `prep materialize-shuffle`")
+    out["hash_columns"] = list(out["hash_columns"])
+    return out
+
+
+class Planned:
+    """A prepared table read through an on-the-fly plan (pickles as uri + version + plan).
+
+    Args:
+        uri: the prepared Lance table.
+        plan: the plan (keys of the manifest's ``plan`` block; see :func:`normalize_plan`).
+        epochs: how many epochs (0..n-1), or which.
+        version: the table version (default: the latest, pinned at open).
+        s3: where to reach ``s3://`` URIs.
+    """
+
+    def __init__(self, uri: str, plan: dict[str, Any], epochs: int | Sequence[int] = 1, *,
+                 version: int | None = None, s3: storage.S3Options | None = None) -> None:
+        from prep import plan as planlib  # prep.plan is pure NumPy: no Ray
+        from prep.lance_io import open_table, prep_metadata
+
+        self.uri, self.s3, self.plan = uri, s3, normalize_plan(plan)
+        planlib.validate(num_rows=0, num_splits=self.plan["num_splits"], strategy=self.plan["strategy"],
+                         seed=self.plan["seed"], clump=self.plan["clump"])
+        ds = open_table(uri, version, storage.lance_storage_options(uri, s3))
+        self.source_version, self.num_rows, self.metadata = ds.version, ds.count_rows(), prep_metadata(ds)
+        self.num_splits = self.plan["num_splits"]
+        self.epochs = tuple(range(epochs)) if isinstance(epochs, int) else tuple(sorted(epochs))
+        self.fingerprint = planlib.plan_fingerprint(uri, self.source_version, self.plan)
+        self.columns = tuple(ds.schema.names)
+        self._hash_keys = self._keys(ds) if self.plan["strategy"] == "hash" else None
+        sizes = np.array([planlib.split_size(num_rows=self.num_rows, num_splits=self.num_splits, split=s,
+                                             **self._plan_args()) for s in range(self.num_splits)], dtype=np.int64)
+        self.split_rows = {e: sizes for e in self.epochs}
+        self._ds: Any = ds
+        self._pid = os.getpid()
+
+    def _keys(self, ds: Any) -> np.ndarray:
+        from prep.plan.hash import row_keys
+
+        return row_keys(ds.to_table(columns=self.plan["hash_columns"]), self.plan["hash_columns"])
+
+    def _plan_args(self) -> dict[str, Any]:
+        return {"strategy": self.plan["strategy"], "seed": self.plan["seed"], "clump": self.plan["clump"],
+                "hash_keys": self._hash_keys}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_ds": None}  # workers reopen the same version lazily
+
+    def open_split(self, epoch: int, split: int, columns: list[str]) -> "PlannedSplit":
+        if self._ds is None or self._pid != os.getpid():
+            from prep.lance_io import open_table
+
+            self._pid = os.getpid()
+            self._ds = open_table(self.uri, self.source_version, storage.lance_storage_options(self.uri, self.s3))
+        return PlannedSplit(self, SplitTable(self.uri, self._ds, columns), epoch, split)
+
+
+class PlannedSplit:
+    """Split ``split`` of ``epoch``: its read-order positions map to table rows through the plan."""
+
+    def __init__(self, layout: Planned, table: SplitTable, epoch: int, split: int) -> None:
+        self._layout, self._table, self._epoch, self._split = layout, table, epoch, split
+
+    def read(self, rows: np.ndarray):  # -> pa.Table
+        from prep import plan as planlib
+
+        start, stop = int(rows[0]), int(rows[-1]) + 1
+        if rows[0] < 0 or stop > self._layout.split_rows[self._epoch][self._split]:
+            raise PrepError(f"rows {start}..{stop - 1} are outside split {self._split} of {self._layout.uri}")
+        order = planlib.split_rows_range(num_rows=self._layout.num_rows, num_splits=self._layout.num_splits,
+                                         split=self._split, epoch=self._epoch, start=start, stop=stop,
+                                         **self._layout._plan_args())
+        return self._table.read(order[rows - start])

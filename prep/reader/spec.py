@@ -1,0 +1,101 @@
+"""What a table's rows are and how they become tensors: the collate spec.
+
+Derived from the prepared table's ``prep`` metadata (``docs/architecture.md``):
+the kind picks the columns and the batch layout, the tokenizer gives the pad id,
+image metadata gives the pixel shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import torch
+
+from prep.errors import PrepError
+
+__all__ = ["CollateSpec", "TEXT_KINDS", "spec_from_metadata", "row_bytes"]
+
+TEXT_KINDS = ("sft", "pretrain", "packed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollateSpec:
+    """How rows become tensors.
+
+    Args:
+        kind: ``sft``, ``pretrain``, ``packed`` or ``images`` (from the table metadata).
+        pad_id: the token that fills padding (the tokenizer's pad id, else its eos id).
+        token_dtype: dtype of ``input_ids`` and ``position_ids`` (default int64; int32 halves
+            host-to-device bytes and keeps packed rows zero-copy).
+        pad_to_multiple_of: round each batch's padded length up to a multiple (shape buckets).
+        image_shape: ``(H, W, C)`` of image rows.
+        image_layout: ``NCHW`` (a channels-last view, no copy) or ``NHWC``.
+        return_loss_mask: also return ``loss_mask`` (uint8).
+    """
+
+    kind: Literal["sft", "pretrain", "packed", "images"]
+    pad_id: int = 0
+    token_dtype: torch.dtype = torch.int64
+    pad_to_multiple_of: int = 1
+    image_shape: tuple[int, int, int] | None = None
+    image_layout: Literal["NCHW", "NHWC"] = "NCHW"
+    return_loss_mask: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in (*TEXT_KINDS, "images"):
+            raise PrepError(f"kind={self.kind!r} must be one of {[*TEXT_KINDS, 'images']}")
+        if self.pad_to_multiple_of < 1:
+            raise PrepError(f"pad_to_multiple_of={self.pad_to_multiple_of} must be >= 1")
+        if self.image_layout not in ("NCHW", "NHWC"):
+            raise PrepError(f"image_layout={self.image_layout!r} must be 'NCHW' or 'NHWC'")
+        if self.kind == "images" and (self.image_shape is None or len(self.image_shape) != 3):
+            raise PrepError(f"image_shape={self.image_shape!r} must be (H, W, C) for image tables")
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns to read for this kind."""
+        return {
+            "sft": ["id", "input_ids", "loss_mask"],
+            "pretrain": ["id", "input_ids", "loss_mask"],
+            "packed": ["id", "input_ids", "loss_mask", "position_ids", "length"],
+            "images": ["id", "image", "label"],
+        }[self.kind]
+
+
+
+def spec_from_metadata(meta: dict[str, Any], columns: Sequence[str], *, pad_id: int | None = None,
+                       token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
+                       image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False) -> CollateSpec:
+    """The collate spec for a table described by its ``prep`` metadata (kind, tokenizer, image shape).
+
+    Raises:
+        PrepError: no pad id can be found for a text table, or image metadata is incomplete.
+    """
+    kind = meta.get("kind") or ("images" if "image" in columns else "packed" if "position_ids" in columns else "sft")
+    image_shape = None
+    if kind == "images":
+        image = meta.get("image") or {}
+        if image.get("layout", "HWC") != "HWC" or len(image.get("shape") or ()) != 3:
+            raise PrepError(f"image table metadata {image!r} must give shape [H, W, C] with layout HWC")
+        image_shape = tuple(image["shape"])
+    elif pad_id is None:
+        tok = meta.get("tokenizer") or {}
+        pad_id = tok.get("pad_id") if tok.get("pad_id") is not None else tok.get("eos_id")
+        if pad_id is None:
+            raise PrepError("the table metadata names no tokenizer pad_id or eos_id: pass pad_id=")
+    return CollateSpec(kind=kind, pad_id=int(pad_id or 0), token_dtype=token_dtype, pad_to_multiple_of=pad_to_multiple_of,
+                       image_shape=image_shape, image_layout=image_layout, return_loss_mask=return_loss_mask)
+
+
+def row_bytes(meta: dict[str, Any], spec: CollateSpec) -> int:
+    """Roughly how many bytes one row reads (to size reads)."""
+    if spec.kind == "images":
+        return int(np.prod(spec.image_shape)) + 16
+    if spec.kind == "packed" and meta.get("seq_len"):
+        return int(meta["seq_len"]) * 9 + 16
+    counts = meta.get("counts") or {}
+    if counts.get("tokens") and counts.get("rows_written"):
+        return int(counts["tokens"] / counts["rows_written"] * 5) + 24
+    return 2048

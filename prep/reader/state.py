@@ -1,0 +1,72 @@
+"""The reader state: a handful of named scalars, loaded strictly.
+
+``{format, fingerprint, source_version, num_splits, global_batch_size, epoch, step, world_size}``:
+``(epoch, step)`` is the next global step to deliver; the rest pins the data and
+the batch arithmetic. The world size is informational: any world size that
+divides the splits continues the same global batch sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prep.errors import PrepError
+from prep.reader.source import EPOCH_KEY, STEP_KEY
+
+__all__ = ["STATE_FORMAT", "FORMAT_KEY", "FINGERPRINT_KEY", "SOURCE_VERSION_KEY", "NUM_SPLITS_KEY",
+           "GLOBAL_BATCH_KEY", "WORLD_SIZE_KEY", "EPOCH_KEY", "STEP_KEY", "make", "check"]
+
+STATE_FORMAT = "prep.reader/1"
+FORMAT_KEY = "format"
+FINGERPRINT_KEY = "fingerprint"
+SOURCE_VERSION_KEY = "source_version"
+NUM_SPLITS_KEY = "num_splits"
+GLOBAL_BATCH_KEY = "global_batch_size"
+WORLD_SIZE_KEY = "world_size"
+_KEYS = {FORMAT_KEY, FINGERPRINT_KEY, SOURCE_VERSION_KEY, NUM_SPLITS_KEY, GLOBAL_BATCH_KEY, WORLD_SIZE_KEY,
+         EPOCH_KEY, STEP_KEY}
+
+
+def make(ds: Any, epoch: int, step: int) -> dict[str, Any]:
+    """The state of reader ``ds`` positioned at ``(epoch, step)``."""
+    return {
+        FORMAT_KEY: STATE_FORMAT,
+        FINGERPRINT_KEY: ds.layout.fingerprint,
+        SOURCE_VERSION_KEY: ds.layout.source_version,
+        NUM_SPLITS_KEY: ds.layout.num_splits,
+        GLOBAL_BATCH_KEY: ds.global_batch_size,
+        WORLD_SIZE_KEY: ds.world_size,
+        EPOCH_KEY: int(epoch),
+        STEP_KEY: int(step),
+    }
+
+
+def check(ds: Any, state: dict[str, Any]) -> tuple[int, int]:
+    """The ``(epoch, step)`` to resume at, after checking ``state`` belongs to reader ``ds``.
+
+    Raises:
+        PrepError: unknown or missing keys, another format, fingerprint, table version,
+            split count or global batch size, or a position outside the epochs being read.
+    """
+    if not isinstance(state, dict):
+        raise PrepError(f"reader state must be a dict, got {type(state).__name__}")
+    missing, unknown = sorted(_KEYS - set(state)), sorted(set(state) - _KEYS)
+    if missing or unknown:
+        raise PrepError(f"reader state is malformed: missing keys {missing}, unknown keys {unknown}")
+    if state[FORMAT_KEY] != STATE_FORMAT:
+        raise PrepError(f"reader state format={state[FORMAT_KEY]!r}, this reader reads {STATE_FORMAT!r}")
+    ours = make(ds, 0, 0)
+    if state[FINGERPRINT_KEY] != ours[FINGERPRINT_KEY]:
+        raise PrepError(
+            f"reader state was taken on data with fingerprint {state[FINGERPRINT_KEY]} (table version "
+            f"{state[SOURCE_VERSION_KEY]}), but {ds.layout.uri} has fingerprint {ours[FINGERPRINT_KEY]} (table version "
+            f"{ours[SOURCE_VERSION_KEY]}): another table, table version or shuffle plan; resume on the data it came from")
+    for key in (NUM_SPLITS_KEY, GLOBAL_BATCH_KEY):
+        if state[key] != ours[key]:
+            raise PrepError(f"reader state has {key}={state[key]}, this reader has {key}={ours[key]}: "
+                            "the global batches would differ; resume with the same value")
+    epoch, step = state[EPOCH_KEY], state[STEP_KEY]
+    if not isinstance(epoch, int) or not isinstance(step, int):
+        raise PrepError(f"reader state epoch={epoch!r} step={step!r} must be integers")
+    ds.schedule.index(epoch, step)  # raises if outside the epochs being read
+    return ds.schedule.position(ds.schedule.index(epoch, step))

@@ -1,0 +1,119 @@
+"""Builders for the reader tests: real tokenized GSM8K rows and materialized outputs
+written directly in the documented layout (docs/architecture.md, "Materialized epochs")."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from prep import lance_io
+from prep.plan import plan_fingerprint, split_rows
+from prep.storage import write_json_atomic
+
+SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+TOKENIZER_DIR = SHARED_DATA / "tokenizers" / "mistral-v3"
+GSM8K = SHARED_DATA / "gsm8k" / "train.jsonl"
+
+
+@functools.lru_cache(maxsize=4)
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
+
+
+def row_ids(n: int, salt: int = 0) -> np.ndarray:
+    """Distinct, scattered uint64 ids (like the pipeline's hashed ids)."""
+    x = np.arange(n, dtype=np.uint64) + np.uint64(salt) * np.uint64(1 << 32)
+    return (x * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(0x5DEECE66D)
+
+
+def sft_metadata(num_rows: int, tokens: int) -> dict:
+    tok = tokenizer()
+    return {
+        "format": "prep.table/1", "prep_version": "0.1.0", "kind": "sft", "config": {}, "config_hash": "0" * 64,
+        "tokenizer": {"name": "mistral-v3", "hash": "test", "vocab_size": len(tok), "eos_id": tok.eos_token_id,
+                      "bos_id": tok.bos_token_id, "pad_id": tok.pad_token_id},
+        "seq_len": None, "sources": [{"uri": str(GSM8K), "size": 0, "mtime": ""}],
+        "counts": {"rows_read": num_rows, "rows_written": num_rows, "rows_rejected": 0, "tokens": tokens},
+        "rejects_uri": "",
+    }
+
+
+@functools.lru_cache(maxsize=4)
+def gsm8k_sft(num_rows: int) -> pa.Table:
+    """``num_rows`` real GSM8K rows tokenized with mistral-v3: prompt masked, answer + eos trained."""
+    with open(GSM8K) as f:
+        docs = [json.loads(line) for _, line in zip(range(num_rows), f)]
+    tok = tokenizer()
+    q = tok([d["question"] for d in docs])["input_ids"]
+    a = tok([d["answer"] for d in docs], add_special_tokens=False)["input_ids"]
+    rows = [np.array(p + r + [tok.eos_token_id], np.int32) for p, r in zip(q, a)]
+    masks = [np.r_[np.zeros(len(p), np.int8), np.ones(len(r) + 1, np.int8)] for p, r in zip(q, a)]
+    lengths = np.array([len(r) for r in rows], np.int32)
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int32)
+    return pa.table({
+        "id": pa.array(row_ids(len(rows))),
+        "input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(rows))),
+        "loss_mask": pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(masks))),
+        "length": pa.array(lengths),
+    })
+
+
+def write_table(uri: str, table: pa.Table, metadata: dict) -> None:
+    import lance
+
+    meta = {**(table.schema.metadata or {}), lance_io.METADATA_KEY: json.dumps(metadata, sort_keys=True)}
+    lance.write_dataset(table.replace_schema_metadata(meta), uri, mode="overwrite")
+
+
+def write_materialized(out: str, table: pa.Table, metadata: dict, *, num_splits: int, epochs: int,
+                       strategy: str = "random", seed: int = 0, source_uri: str = "prepared.lance",
+                       source_version: int = 1) -> dict:
+    """Materializes ``table`` under ``out`` with ``prep.plan.split_rows``; returns the manifest."""
+    plan = {"num_splits": num_splits, "strategy": strategy, "hash_columns": ["id"], "clump": 1, "seed": seed,
+            "filter": None, "columns": None}
+    entries = []
+    for epoch in range(epochs):
+        splits = []
+        for split in range(num_splits):
+            rows = split_rows(num_rows=table.num_rows, num_splits=num_splits, split=split, epoch=epoch,
+                              strategy=strategy, seed=seed)
+            rel = f"epoch-{epoch:05d}/split-{split:05d}.lance"
+            write_table(os.path.join(out, rel), table.take(rows), metadata)
+            digest = hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest()
+            splits.append({"split": split, "path": rel, "num_rows": int(len(rows)), "checksum": digest})
+        entries.append({"epoch": epoch, "splits": splits})
+    manifest = {
+        "format": "prep.materialized/1", "prep_version": "0.1.0",
+        "fingerprint": plan_fingerprint(source_uri, source_version, plan),
+        "source": {"uri": source_uri, "version": source_version, "num_rows": table.num_rows, "metadata": metadata},
+        "plan": plan, "num_selected_rows": table.num_rows, "columns": table.column_names, "epochs": entries,
+    }
+    write_json_atomic(os.path.join(out, "manifest.json"), manifest)
+    return manifest
+
+
+def sft_output(out: str, *, num_rows: int, num_splits: int, epochs: int, seed: int = 0) -> dict:
+    table = gsm8k_sft(num_rows)
+    meta = sft_metadata(num_rows, int(np.asarray(table.column("length")).sum()))
+    return write_materialized(out, table, meta, num_splits=num_splits, epochs=epochs, seed=seed)
+
+
+def expected_steps(out: str, manifest: dict, *, global_batch_size: int, epoch: int) -> list[np.ndarray]:
+    """Global batch ids per step read straight from the split datasets (split order, b rows each)."""
+    import lance
+
+    s = manifest["plan"]["num_splits"]
+    b = global_batch_size // s
+    entry = next(e for e in manifest["epochs"] if e["epoch"] == epoch)
+    ids = [lance.dataset(os.path.join(out, x["path"])).to_table(columns=["id"]).column("id").to_numpy()
+           for x in sorted(entry["splits"], key=lambda x: x["split"])]
+    steps = min(len(x) for x in ids) // b
+    return [np.concatenate([x[t * b:(t + 1) * b] for x in ids]) for t in range(steps)]
