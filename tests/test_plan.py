@@ -196,3 +196,13 @@ def test_fingerprint_depends_on_source_version_and_plan():
     assert a != plan.plan_fingerprint("t.lance", 2, p)
     assert a != plan.plan_fingerprint("t.lance", 1, {**p, "seed": 1})
     assert len(a) == 16 and int(a, 16) >= 0
+
+
+@pytest.mark.parametrize("strategy", sorted(plan.STRATEGIES))
+def test_assign_rows_agrees_with_split_rows(strategy):
+    n, splits, clump = 1003, 7, 4
+    want = np.empty(n, dtype=np.int64)
+    for s, rows in enumerate(_epoch(strategy, n, splits, clump, 0)):
+        want[rows] = s
+    got = plan.assign_rows(positions=np.arange(n), num_rows=n, num_splits=splits, strategy=strategy, clump=clump, hash_keys=_keys(n))
+    assert np.array_equal(got, want)

@@ -18,6 +18,9 @@ __all__ = ["main"]
 _COMMANDS = (
     "pretokenize",
     "decode_images",
+    "materialize_shuffle",
+    "verify",
+    "prewarm",
 )
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "iter_split_rows",
     "split_rows_range",
     "locate_row",
+    "assign_rows",
     "validate",
     "plan_fingerprint",
 ]
@@ -187,6 +188,23 @@ def split_rows_range(
     """
     u = _units_of(num_rows, num_splits, split, epoch, strategy, seed, clump, hash_keys)
     return _units.read_rows(u, seed=seed, epoch=epoch, split=split, start=start, stop=stop)
+
+
+def assign_rows(
+    *, positions: np.ndarray, num_rows: int, num_splits: int, strategy: str, seed: int = 0, clump: int = 1, hash_keys: np.ndarray | None = None
+) -> np.ndarray:
+    """The split of each of ``positions`` (int64), vectorized: O(len(positions)).
+
+    >>> assign_rows(positions=np.arange(6), num_rows=6, num_splits=3, strategy="round-robin").tolist()
+    [0, 1, 2, 0, 1, 2]
+    """
+    validate(num_rows=num_rows, num_splits=num_splits, strategy=strategy, seed=seed, clump=clump)
+    positions = np.asarray(positions, dtype=np.int64)
+    if positions.size and (positions.min() < 0 or positions.max() >= num_rows):
+        raise PrepError(f"positions must lie in [0, num_rows={num_rows})")
+    return _MODULES[strategy].assign(
+        positions=positions, num_rows=num_rows, num_splits=num_splits, seed=seed, clump=clump, hash_keys=hash_keys
+    )
 
 
 def locate_row(

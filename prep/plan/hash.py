@@ -26,7 +26,7 @@ from prep.errors import PrepError
 from prep.plan import permutation
 from prep.plan import units as _units
 
-__all__ = ["row_keys", "split_of", "units", "locate", "split_rows"]
+__all__ = ["row_keys", "split_of", "units", "assign", "locate", "split_rows"]
 
 _CHUNK = 1 << 20
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -111,6 +111,11 @@ def units(*, num_rows: int, num_splits: int, split: int, seed: int, clump: int, 
         first_row=lambda u: u * clump,
         members=members,
     )
+
+
+def assign(*, positions: np.ndarray, num_rows: int, num_splits: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> np.ndarray:
+    """The split of each of ``positions`` (vectorized, O(len(positions)))."""
+    return split_of(_require(hash_keys, num_rows)[np.asarray(positions, dtype=np.int64)], num_splits, seed)
 
 
 def locate(*, row: int, num_rows: int, num_splits: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> tuple[int, int, int]:

@@ -19,7 +19,7 @@ import numpy as np
 from prep.plan import permutation
 from prep.plan import units as _units
 
-__all__ = ["units", "locate", "split_rows"]
+__all__ = ["units", "assign", "locate", "split_rows"]
 
 
 def _slots(blocks: int, num_splits: int, split: int) -> tuple[int, int]:
@@ -45,6 +45,13 @@ def units(*, num_rows: int, num_splits: int, split: int, seed: int, clump: int, 
         short_len=tail,
         first_row=lambda u: permutation.permute(lo + u, blocks, keys) * clump,
     )
+
+
+def assign(*, positions: np.ndarray, num_rows: int, num_splits: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> np.ndarray:
+    """The split of each of ``positions`` (vectorized, O(len(positions)))."""
+    blocks = -(-num_rows // clump)
+    slots = permutation.invert(np.asarray(positions, dtype=np.int64) // clump, blocks, permutation.keys(permutation.ASSIGN, seed))
+    return ((slots + 1) * num_splits - 1) // blocks
 
 
 def locate(*, row: int, num_rows: int, num_splits: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> tuple[int, int, int]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from prep.plan import units as _units
 
-__all__ = ["units", "locate", "split_rows"]
+__all__ = ["units", "assign", "locate", "split_rows"]
 
 
 def units(*, num_rows: int, num_splits: int, split: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> _units.Units:
@@ -29,6 +29,11 @@ def units(*, num_rows: int, num_splits: int, split: int, seed: int, clump: int, 
         short_len=tail,
         first_row=lambda u: (split + u * num_splits) * clump,
     )
+
+
+def assign(*, positions: np.ndarray, num_rows: int, num_splits: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> np.ndarray:
+    """The split of each of ``positions`` (vectorized, O(len(positions)))."""
+    return (np.asarray(positions, dtype=np.int64) // clump) % num_splits
 
 
 def locate(*, row: int, num_rows: int, num_splits: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> tuple[int, int, int]:

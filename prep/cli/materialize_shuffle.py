@@ -1,0 +1,63 @@
+"""``prep materialize-shuffle``: a prepared table -> shuffled epochs laid out as splits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+__all__ = ["register"]
+
+
+def _names(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "materialize-shuffle",
+        help="write shuffled epochs as per-split Lance datasets + manifest.json (Ray tasks)",
+        description="Write epochs [start-epoch, start-epoch + epochs) of a seeded shuffle plan to OUTPUT. "
+        "Rerunning the same command finishes what a killed run left; a larger --epochs adds epochs.",
+    )
+    p.add_argument("--table", required=True, help="prepared Lance table (local path or s3://)")
+    p.add_argument("--output", required=True, help="output directory (local path or s3://)")
+    p.add_argument("--epochs", type=int, required=True, help="number of epochs to write")
+    p.add_argument("--splits", type=int, default=48, help="number of splits (default 48: any world size dividing 48)")
+    p.add_argument("--strategy", default="random", choices=["random", "hash", "sequential", "round-robin"],
+                   help="how rows are assigned to splits (default random)")
+    p.add_argument("--hash-columns", type=_names, default=["id"], help="comma-separated columns for --strategy hash (default id)")
+    p.add_argument("--clump", type=int, default=1, help="rows per shuffled block (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="plan seed (default 0)")
+    p.add_argument("--filter", help="Lance SQL filter: only matching rows are materialized, e.g. \"length <= 2048\"")
+    p.add_argument("--columns", type=_names, help="comma-separated columns to write (default: all)")
+    p.add_argument("--start-epoch", type=int, default=0, help="first epoch to write (default 0)")
+    p.add_argument("--overwrite", action="store_true", help="replace an output that holds a different plan")
+    p.add_argument("--read-rows", type=int, default=16384, help="rows per read and per written batch (default 16384)")
+    p.add_argument("--task-memory-mb", type=int, default=512, help="memory one task may use for its split (default 512)")
+    p.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else start a local Ray)")
+    p.add_argument("--num-cpus", type=int, help="CPUs of a local Ray (default: all)")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from prep.materialize import materialize_shuffle
+
+    t0 = time.time()
+    manifest = materialize_shuffle(
+        table=args.table, output=args.output, epochs=args.epochs, splits=args.splits, strategy=args.strategy,
+        hash_columns=args.hash_columns, clump=args.clump, seed=args.seed, filter=args.filter, columns=args.columns,
+        start_epoch=args.start_epoch, overwrite=args.overwrite, read_rows=args.read_rows,
+        task_memory=args.task_memory_mb << 20, ray_address=args.ray_address, num_cpus=args.num_cpus,
+    )
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+        return 0
+    epochs = [e["epoch"] for e in manifest["epochs"]]
+    print(
+        f"{args.output}: epochs {epochs[0]}..{epochs[-1]} ({len(epochs)}) x {manifest['plan']['num_splits']} splits, "
+        f"{manifest['num_selected_rows']:,} of {manifest['source']['num_rows']:,} rows selected, "
+        f"fingerprint {manifest['fingerprint']}, {time.time() - t0:.1f}s"
+    )
+    return 0

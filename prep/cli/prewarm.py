@@ -1,0 +1,32 @@
+"""``prep prewarm``: copy one rank's splits to a local cache and verify them."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("prewarm", help="copy one rank's split datasets (+ manifest) to a local cache, verified")
+    p.add_argument("path", help="materialized output directory (local path or s3://)")
+    p.add_argument("--cache", required=True, help="local cache directory (laid out like the output)")
+    p.add_argument("--rank", type=int, help="this rank (default: RANK, else 0)")
+    p.add_argument("--world-size", type=int, help="number of ranks (default: WORLD_SIZE, else 1)")
+    p.add_argument("--epochs", type=lambda v: [int(x) for x in v.split(",") if x.strip()],
+                   help="comma-separated epochs to copy (default: all in the manifest)")
+    p.add_argument("--overwrite", action="store_true", help="replace a cache that holds a different materialization")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from prep.prewarm import prewarm
+
+    summary = prewarm(args.path, cache=args.cache, rank=args.rank, world_size=args.world_size,
+                      epochs=args.epochs, overwrite=args.overwrite)
+    print(
+        f"{summary['cache']}: rank {summary['rank']}/{summary['world_size']} splits {summary['splits'][0]}.."
+        f"{summary['splits'][-1]} x {len(summary['epochs'])} epochs: {summary['copied']} copied, "
+        f"{summary['cached']} already cached, {summary['bytes'] / 1e6:,.1f} MB, all verified, {summary['seconds']:.1f}s"
+    )
+    return 0

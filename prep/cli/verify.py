@@ -1,0 +1,22 @@
+"""``prep verify``: check a materialized output against its source table."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="check a materialized output: rows once per epoch, split sizes, checksums, source version")
+    p.add_argument("path", help="materialized output directory (local path or s3://)")
+    p.add_argument("--no-ids", action="store_true", help="skip the per-row id comparison with the plan (faster)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from prep.verify import verify
+
+    report = verify(args.path, check_ids=not args.no_ids)
+    print("\n".join(report.lines()))
+    return 0 if report.ok else 1
