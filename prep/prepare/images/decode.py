@@ -56,10 +56,22 @@ class Decoded:
     via_pil: bool
 
 
+_MAGIC = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF8", "GIF"), (b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"))
+
+
+def _magic(data: bytes) -> str | None:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    return next((name for magic, name in _MAGIC if data.startswith(magic)), None)
+
+
 def _header(data: bytes, max_pixels: int) -> tuple[Image.Image, str]:
     try:
         im = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
+        fmt = _magic(data)
+        if fmt:
+            raise ImageError(f"corrupt {fmt}: starts like one but its header cannot be read") from None
         raise ImageError(f"not an image: unrecognized content starting {data[:16]!r}") from None
     except Image.DecompressionBombError as exc:
         raise ImageError(f"too many pixels to decode safely: {exc}") from None
