@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole chain on an embedded default data set, offline, on this machine:
+# set up .venv, start a local Ray head, `ray job submit` the pretokenize job,
+# then print what was written. Outputs go to out/demo/ (replaced on every run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH" RAY_AUTH_MODE=token TOKENIZERS_PARALLELISM=false RAY_DISABLE_USAGE_STATS=1
+unset RAY_ADDRESS
+
+OUT="$PWD/out/demo"
+rm -rf "$OUT" && mkdir -p "$OUT/raw"
+python examples/make_demo_data.py "$OUT/raw/arith.jsonl" --rows 4000
+
+RAY_TMP=$(mktemp -d /tmp/prep-demo-ray-XXXX)
+free_port() { python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+GCS_PORT=$(free_port); DASH_PORT=$(free_port)
+stop_head() {  # only this head's processes: `ray stop` would stop every Ray on the host
+  pkill -f "$RAY_TMP" 2>/dev/null || true; sleep 1; pkill -9 -f "$RAY_TMP" 2>/dev/null || true; rm -rf "$RAY_TMP"
+}
+trap stop_head EXIT
+echo "== starting a local Ray head"
+ray start --head --num-cpus="$(nproc)" --port="$GCS_PORT" --dashboard-port="$DASH_PORT" \
+  --dashboard-host=127.0.0.1 --object-store-memory=500000000 --temp-dir="$RAY_TMP" --disable-usage-stats >/dev/null
+
+echo "== ray job submit: pretokenize (builtin Mistral v3 tokenizer, SFT with loss on answers)"
+ray job submit --address "http://127.0.0.1:$DASH_PORT" --working-dir . -- \
+  python pipelines/pretokenize.py --config configs/gsm8k-sft.yaml \
+  --input "$OUT/raw/arith.jsonl" --output "$OUT/arith-sft.lance" 2>&1 | grep -v -E "^20[0-9-]+ [0-9:,]+\s+(INFO|WARNING)"
+echo "== done: $OUT"
