@@ -70,7 +70,7 @@ def write_table(uri: str, table: pa.Table, metadata: dict) -> None:
     import lance
 
     meta = {**(table.schema.metadata or {}), lance_io.METADATA_KEY: json.dumps(metadata, sort_keys=True)}
-    lance.write_dataset(table.replace_schema_metadata(meta), uri, mode="overwrite")
+    lance.write_dataset(table.replace_schema_metadata(meta), uri, mode="create")
 
 
 def write_materialized(out: str, table: pa.Table, metadata: dict, *, num_splits: int, epochs: int,
@@ -117,3 +117,63 @@ def expected_steps(out: str, manifest: dict, *, global_batch_size: int, epoch: i
            for x in sorted(entry["splits"], key=lambda x: x["split"])]
     steps = min(len(x) for x in ids) // b
     return [np.concatenate([x[t * b:(t + 1) * b] for x in ids]) for t in range(steps)]
+
+
+_BUILT: dict[tuple, tuple[str, dict]] = {}
+
+
+def cached_output(kind: str = "sft48") -> tuple[str, dict]:
+    """A materialized output built once per test process (read-only: copy it before breaking it)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    if kind not in _BUILT:
+        base = tempfile.mkdtemp(prefix=f"prep-reader-{kind}-")
+        atexit.register(shutil.rmtree, base, True)
+        out = os.path.join(base, "out")
+        if kind == "sft48":  # 48 splits of 12-13 rows, 2 epochs: G=96 -> 6 steps an epoch
+            manifest = sft_output(out, num_rows=600, num_splits=48, epochs=2)
+        elif kind == "sft4":  # 4 splits of 10 rows, 1 epoch
+            manifest = sft_output(out, num_rows=40, num_splits=4, epochs=1)
+        elif kind == "sft4-seed1":  # the same rows under another plan
+            manifest = sft_output(out, num_rows=40, num_splits=4, epochs=1, seed=1)
+        else:
+            raise ValueError(kind)
+        _BUILT[kind] = (out, manifest)
+    return _BUILT[kind]
+
+
+def packed_table(num_rows: int, seq_len: int, pad_id: int) -> tuple[pa.Table, dict]:
+    """Real GSM8K tokens packed greedily into rows of ``seq_len`` (position ids restart per document)."""
+    src = gsm8k_sft(200)
+    tokens = np.asarray(src.column("input_ids").combine_chunks().values)
+    lm = np.asarray(src.column("loss_mask").combine_chunks().values)
+    lengths = np.asarray(src.column("length"))
+    pos = np.concatenate([np.arange(n) for n in lengths]).astype(np.int32)
+    rows = num_rows * seq_len
+    reps = -(-rows // len(tokens))
+    tokens, lm, pos = (np.tile(x, reps)[:rows].reshape(num_rows, seq_len) for x in (tokens, lm, pos))
+    length = np.full(num_rows, seq_len, np.int32)
+    length[::3] = seq_len - 5  # some rows end in padding
+    pad = np.arange(seq_len) >= length[:, None]
+    tokens, lm, pos = np.where(pad, pad_id, tokens), np.where(pad, 0, lm).astype(np.int8), np.where(pad, 0, pos)
+    fsl = lambda a, t: pa.FixedSizeListArray.from_arrays(pa.array(a.ravel(), t), seq_len)  # noqa: E731
+    table = pa.table({"id": pa.array(row_ids(num_rows, salt=7)), "input_ids": fsl(tokens.astype(np.int32), pa.int32()),
+                      "loss_mask": fsl(lm, pa.int8()), "position_ids": fsl(pos.astype(np.int32), pa.int32()),
+                      "length": pa.array(length)})
+    meta = {**sft_metadata(num_rows, int(length.sum())), "kind": "packed", "seq_len": seq_len}
+    return table, meta
+
+
+def image_table(num_rows: int, shape: tuple[int, int, int]) -> tuple[pa.Table, dict]:
+    """Random uint8 images with labels (the collate path does not care where pixels came from)."""
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (num_rows, int(np.prod(shape))), dtype=np.uint8)
+    table = pa.table({"id": pa.array(row_ids(num_rows, salt=9)),
+                      "image": pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel()), pixels.shape[1]),
+                      "label": pa.array(np.arange(num_rows, dtype=np.int32) % 2),
+                      "label_name": pa.array(["ants", "bees"] * (num_rows // 2)), "source": pa.array(["x"] * num_rows)})
+    meta = {"format": "prep.table/1", "kind": "images", "image": {"shape": list(shape), "layout": "HWC", "dtype": "uint8"},
+            "labels": ["ants", "bees"], "counts": {"rows_written": num_rows}}
+    return table, meta

@@ -26,9 +26,13 @@ from prep.reader.spec import CollateSpec
 __all__ = ["collate", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
-# Arrow buffers are read-only; the tensors we build on them are never written by the reader.
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
-                        module=r"prep\.reader\.")
+# Arrow buffers are read-only and torch warns (once per process) when a tensor shares one. The
+# reader never writes them, so spend that one warning here, silenced, instead of in a user's log.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    _readonly = np.zeros(1)
+    _readonly.flags.writeable = False
+    torch.from_numpy(_readonly)
 
 
 def collate(parts: list[dict[str, Any]], start: int, stop: int, spec: CollateSpec) -> tuple[dict[str, torch.Tensor], np.ndarray, int]:

@@ -56,6 +56,8 @@ class Planned:
         from prep import plan as planlib  # prep.plan is pure NumPy: no Ray
         from prep.lance_io import open_table, prep_metadata
 
+        # the absolute path, as `prep materialize-shuffle` records it: same plan -> same fingerprint
+        uri = uri if storage.is_remote(uri) else os.path.abspath(uri)
         self.uri, self.s3, self.plan = uri, s3, normalize_plan(plan)
         planlib.validate(num_rows=0, num_splits=self.plan["num_splits"], strategy=self.plan["strategy"],
                          seed=self.plan["seed"], clump=self.plan["clump"])

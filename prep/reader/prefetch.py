@@ -81,6 +81,8 @@ class Prefetcher:
         if isinstance(got, _Failed):
             self._finished = True
             exc = got.exc
+            if isinstance(exc, ReaderError):  # already says where (from a stage further upstream)
+                raise exc
             if isinstance(exc, PrepError):
                 raise ReaderError(f"{self._name} thread: {exc}") from exc
             raise ReaderError(f"{self._name} thread failed: {type(exc).__name__}: {exc}\n{got.trace}") from exc

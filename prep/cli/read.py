@@ -1,0 +1,43 @@
+"""``prep read``: print the row ids of each batch one rank would train on."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("read", help="print the row ids in each batch of one rank (checks a materialized output)")
+    p.add_argument("path", help="a materialized output (directory with manifest.json)")
+    p.add_argument("--epoch", type=int, default=0, help="epoch to read (default 0)")
+    p.add_argument("--rank", type=int, default=None, help="rank (default: RANK or 0)")
+    p.add_argument("--world-size", type=int, default=None, help="world size (default: WORLD_SIZE or 1)")
+    p.add_argument("--global-batch-size", type=int, required=True, help="rows per global step (a multiple of the splits)")
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
+    p.add_argument("--ids-only", action="store_true", help="one line per step: the step number, then the row ids")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from prep.reader import ReaderDataset
+
+    ds = ReaderDataset(args.path, global_batch_size=args.global_batch_size, rank=args.rank,
+                       world_size=args.world_size, epochs=[args.epoch])
+    steps = 0
+    for batch in ds if args.max_steps is None or args.max_steps > 0 else ():
+        ids = " ".join(str(int(i)) for i in batch.ids)
+        if args.ids_only:
+            print(f"{batch.step} {ids}")
+        else:
+            shape = "x".join(str(d) for d in next(iter(batch.values())).shape)
+            print(f"epoch {batch.epoch} step {batch.step} ({batch.num_rows} rows, {batch.num_tokens} tokens, {shape}): {ids}")
+        steps += 1
+        if steps == args.max_steps:
+            break
+    if not args.ids_only:
+        print(f"rank {ds.rank}/{ds.world_size}: {steps} steps of {ds.local_batch_size} rows; "
+              f"{ds.dropped_rows} rows of this rank's splits are beyond the last full step", file=sys.stderr)
+        print(ds.status_line(), file=sys.stderr)
+    return 0
