@@ -21,6 +21,7 @@ _COMMANDS = (
     "materialize_shuffle",
     "verify",
     "prewarm",
+    "read",
 )
 
 
