@@ -25,6 +25,7 @@ import functools
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
@@ -101,6 +102,8 @@ class Job:
         s3: resolved S3 options (shipped to workers).
         read_rows: rows per Lance ``take`` and per written batch.
         task_memory: bytes a gather task may hold for one split.
+        run_id: unique per run: workers cache open datasets per run, since
+            ``_work`` datasets are rewritten at the same URI by a later run.
     """
 
     source: str
@@ -114,6 +117,7 @@ class Job:
     s3: storage.S3Options = field(default_factory=storage.S3Options)
     read_rows: int = 16384
     task_memory: int = DEFAULT_TASK_MEMORY
+    run_id: str = ""
 
     def lance_options(self, uri: str) -> dict[str, str] | None:
         return storage.lance_storage_options(uri, self.s3)
@@ -124,13 +128,13 @@ class Job:
 
 
 @functools.lru_cache(maxsize=8)
-def _open(uri: str, version: int | None, options: tuple[tuple[str, str], ...] | None):
+def _open(uri: str, version: int | None, options: tuple[tuple[str, str], ...] | None, run_id: str):
     return lance_io.open_table(uri, version=version, storage_options=dict(options) if options else None)
 
 
 def _dataset(job: Job, uri: str, version: int | None = None):
     opts = job.lance_options(uri)
-    return _open(uri, version, tuple(sorted(opts.items())) if opts else None)
+    return _open(uri, version, tuple(sorted(opts.items())) if opts else None, job.run_id)
 
 
 def _take(ds: Any, positions: np.ndarray, columns: list[str], selection: Any = None) -> pa.Table:
@@ -463,7 +467,8 @@ def materialize_shuffle(
     fingerprint = plan.plan_fingerprint(source_uri, version, p)
     _check_output(output, fingerprint, p, source_uri, version, overwrite, s3)
     job = Job(source=source_uri, version=version, columns=tuple(out_columns), plan=p, num_selected=total,
-              output=output, fingerprint=fingerprint, s3=s3, read_rows=read_rows, task_memory=task_memory)
+              output=output, fingerprint=fingerprint, s3=s3, read_rows=read_rows, task_memory=task_memory,
+              run_id=uuid.uuid4().hex)
     storage.write_json_atomic(
         storage.join(output, PLAN_FILE),
         {"fingerprint": fingerprint, "plan": p, "source": {"uri": source_uri, "version": version}}, s3,

@@ -1,0 +1,277 @@
+"""materialize-shuffle on real Lance tables and a real local Ray (2 CPUs)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import tables
+from prep import plan, world
+from prep.cli import main as cli_main
+from prep.errors import PrepError
+from prep.materialize import materialize_shuffle, split_path
+from prep.verify import verify
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def gsm(tmp_path_factory) -> str:
+    """400 GSM8K rows tokenized with the real tokenizer, in 3 fragments."""
+    if not tables.have_real_data():
+        pytest.skip(f"real data not found at {tables.SHARED_DATA}")
+    uri = str(tmp_path_factory.mktemp("src") / "gsm8k.lance")
+    return tables.write_prepared(uri, tables.gsm8k_rows(400), fragment_rows=150)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> str:
+    uri = str(tmp_path_factory.mktemp("src") / "syn.lance")
+    return tables.synthetic_table(uri, num_rows=6000, max_len=60, fragment_rows=2000)
+
+
+def split_ids(out: str, epoch: int, split: int) -> np.ndarray:
+    return lance.dataset(os.path.join(out, split_path(epoch, split))).to_table(columns=["id"]).column("id").to_numpy()
+
+
+def epoch_ids(out: str, epoch: int, splits: int) -> list[np.ndarray]:
+    return [split_ids(out, epoch, s) for s in range(splits)]
+
+
+def checksums(manifest: dict) -> dict:
+    return {(e["epoch"], s["split"]): s["checksum"] for e in manifest["epochs"] for s in e["splits"]}
+
+
+@pytest.mark.parametrize(
+    "strategy,clump", [("random", 1), ("random", 32), ("hash", 1), ("sequential", 4), ("round-robin", 1), ("round-robin", 16)]
+)
+def test_materialized_epochs_follow_the_plan(gsm, tmp_path, strategy, clump):
+    out = str(tmp_path / "out")
+    m = materialize_shuffle(table=gsm, output=out, epochs=2, splits=8, strategy=strategy, clump=clump, seed=7)
+    source_ids = lance.dataset(gsm).to_table(columns=["id"]).column("id").to_numpy()
+    keys = source_ids if strategy == "hash" else None
+    epochs = [epoch_ids(out, e, 8) for e in range(2)]
+    for e, parts in enumerate(epochs):
+        # every selected row exactly once per epoch, each split exactly the plan's rows in the plan's order
+        assert np.array_equal(np.sort(np.concatenate(parts)), np.sort(source_ids))
+        for s, ids in enumerate(parts):
+            rows = plan.split_rows(num_rows=400, num_splits=8, split=s, epoch=e, strategy=strategy, seed=7, clump=clump, hash_keys=keys)
+            assert np.array_equal(ids, source_ids[rows])
+            assert m["epochs"][e]["splits"][s]["num_rows"] == len(ids)
+    assert all(set(epochs[0][s]) == set(epochs[1][s]) for s in range(8))  # membership fixed
+    assert any(not np.array_equal(epochs[0][s], epochs[1][s]) for s in range(8))  # order changes
+    assert verify(out).ok
+
+
+def test_manifest_follows_the_contract(gsm, tmp_path):
+    out = str(tmp_path / "out")
+    materialize_shuffle(table=gsm, output=out, epochs=1, splits=4)
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert m["format"] == "prep.materialized/1" and len(m["fingerprint"]) == 16
+    assert m["source"]["uri"] == gsm and m["source"]["num_rows"] == 400 and m["source"]["metadata"]["kind"] == "sft"
+    assert m["plan"] == {"num_splits": 4, "strategy": "random", "hash_columns": ["id"], "clump": 1, "seed": 0,
+                         "filter": None, "columns": None}
+    assert m["num_selected_rows"] == 400 and m["columns"] == ["id", "input_ids", "loss_mask", "length"]
+    assert m["fingerprint"] == plan.plan_fingerprint(gsm, m["source"]["version"], m["plan"])
+    assert [s["path"] for s in m["epochs"][0]["splits"]] == [f"epoch-00000/split-0000{i}.lance" for i in range(4)]
+    assert not (tmp_path / "out" / "_work").exists()
+    # the written rows are the source rows, all columns, unchanged
+    got = lance.dataset(str(tmp_path / "out" / "epoch-00000" / "split-00002.lance")).to_table()
+    src = lance.dataset(gsm).to_table()
+    ids = src.column("id").to_numpy()
+    where = np.searchsorted(np.sort(ids), got.column("id").to_numpy())
+    assert got.equals(src.take(pa.array(np.argsort(ids)[where])))
+
+
+def test_same_seed_gives_identical_content_and_other_seed_differs(synthetic, tmp_path):
+    a = materialize_shuffle(table=synthetic, output=str(tmp_path / "a"), epochs=1, splits=6, seed=3)
+    b = materialize_shuffle(table=synthetic, output=str(tmp_path / "b"), epochs=1, splits=6, seed=3)
+    c = materialize_shuffle(table=synthetic, output=str(tmp_path / "c"), epochs=1, splits=6, seed=4)
+    assert checksums(a) == checksums(b)
+    assert a["fingerprint"] == b["fingerprint"] != c["fingerprint"]
+    assert set(checksums(a).values()).isdisjoint(checksums(c).values())
+
+
+def test_elastic_determinism_on_materialized_splits(synthetic, tmp_path):
+    out = str(tmp_path / "out")
+    materialize_shuffle(table=synthetic, output=out, epochs=1, splits=48, seed=1)
+    parts = epoch_ids(out, 0, 48)
+    global_batch = 96
+    b = world.rows_per_split_step(global_batch, 48)
+    steps = min(len(p) for p in parts) // b
+    assert steps > 10
+    reference = None
+    for w in [1, 2, 3, 4, 6, 8, 12, 16, 24, 48]:
+        per_step = []
+        for t in range(steps):
+            batch = [parts[s][t * b : (t + 1) * b] for r in range(w) for s in world.splits_for_rank(48, r, w)]
+            ids = np.concatenate(batch)
+            assert len(ids) == global_batch
+            per_step.append(frozenset(ids.tolist()))
+        reference = reference or per_step
+        assert per_step == reference
+    with pytest.raises(PrepError, match="does not divide num_splits=48"):
+        world.splits_for_rank(48, 0, 5)
+    with pytest.raises(PrepError, match="multiple of num_splits=48"):
+        world.rows_per_split_step(100, 48)
+
+
+def test_filter_materializes_only_matching_rows_and_counts_them(gsm, tmp_path):
+    out = str(tmp_path / "out")
+    m = materialize_shuffle(table=gsm, output=out, epochs=2, splits=4, filter="length > 150", columns=["id", "length"])
+    src = lance.dataset(gsm).to_table(columns=["id", "length"], filter="length > 150")
+    assert 0 < m["num_selected_rows"] == src.num_rows < 400
+    assert m["columns"] == ["id", "length"]
+    for e in range(2):
+        got = pa.concat_tables(
+            [lance.dataset(os.path.join(out, split_path(e, s))).to_table() for s in range(4)]
+        )
+        assert got.schema.names == ["id", "length"]
+        assert sorted(got.column("id").to_pylist()) == sorted(src.column("id").to_pylist())
+        assert min(got.column("length").to_pylist()) > 150
+    assert verify(out).ok
+
+
+def test_extending_epochs_adds_only_the_new_ones(synthetic, tmp_path):
+    out = tmp_path / "out"
+    first = materialize_shuffle(table=synthetic, output=str(out), epochs=2, splits=4)
+    before = {p: os.stat(p).st_mtime_ns for p in glob.glob(f"{out}/epoch-0000[01]/**", recursive=True)}
+    second = materialize_shuffle(table=synthetic, output=str(out), epochs=3, splits=4)
+    assert [e["epoch"] for e in second["epochs"]] == [0, 1, 2]
+    assert {p: os.stat(p).st_mtime_ns for p in before} == before
+    assert {k: v for k, v in checksums(second).items() if k[0] < 2} == checksums(first)
+    third = materialize_shuffle(table=synthetic, output=str(out), epochs=1, start_epoch=4, splits=4)
+    assert [e["epoch"] for e in third["epochs"]] == [0, 1, 2, 4]
+    assert verify(str(out)).ok
+
+
+def test_rerunning_a_finished_run_writes_nothing(synthetic, tmp_path):
+    out = tmp_path / "out"
+    materialize_shuffle(table=synthetic, output=str(out), epochs=1, splits=4)
+    before = {p: os.stat(p).st_mtime_ns for p in glob.glob(f"{out}/epoch-*/**", recursive=True)}
+    materialize_shuffle(table=synthetic, output=str(out), epochs=1, splits=4)
+    assert {p: os.stat(p).st_mtime_ns for p in before} == before
+
+
+def test_sigkill_mid_epoch_then_rerun_matches_an_uninterrupted_run(synthetic, tmp_path, ray_local):
+    out = tmp_path / "killed"
+    # the killed driver joins this session's Ray, as a `ray job submit` driver joins its cluster
+    args = ["materialize-shuffle", "--table", synthetic, "--output", str(out), "--epochs", "2", "--splits", "16",
+            "--read-rows", "256", "--ray-address", ray_local.get_runtime_context().gcs_address]
+    proc = subprocess.Popen([str(VENV_BIN / "prep"), *args], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    try:
+        while len(glob.glob(f"{out}/epoch-*/*.done.json")) < 2:
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
+            assert time.time() < deadline
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done = _settled(f"{out}/epoch-*/*.done.json")  # Ray stops the dead driver's tasks
+    assert 2 <= len(done) < 32, "not killed mid-run"
+    assert not (out / "manifest.json").exists()  # no epoch looks complete
+    # the rerun (same command, here in-process) finishes only what is missing
+    survivors = {p: os.stat(p).st_mtime_ns for p in done}
+    resumed = materialize_shuffle(table=synthetic, output=str(out), epochs=2, splits=16, read_rows=256)
+    assert {p: os.stat(p).st_mtime_ns for p in survivors} == survivors
+    clean = materialize_shuffle(table=synthetic, output=str(tmp_path / "clean"), epochs=2, splits=16)
+    assert checksums(resumed) == checksums(clean)
+    assert all(np.array_equal(split_ids(str(out), e, s), split_ids(str(tmp_path / "clean"), e, s)) for e in range(2) for s in range(16))
+    assert verify(str(out)).ok
+
+
+def _settled(pattern: str, quiet: float = 1.0) -> list[str]:
+    """The files matching ``pattern`` once none has appeared for ``quiet`` seconds."""
+    found, since = glob.glob(pattern), time.time()
+    while time.time() - since < quiet:
+        time.sleep(0.05)
+        now = glob.glob(pattern)
+        if len(now) != len(found):
+            found, since = now, time.time()
+    return found
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_missing_table_path_is_a_clear_error(tmp_path):
+    with pytest.raises(PrepError, match="no such path"):
+        materialize_shuffle(table=str(tmp_path / "nope.lance"), output=str(tmp_path / "o"), epochs=1)
+
+
+def test_empty_table_is_a_clear_error(tmp_path):
+    uri = tables.write_prepared(str(tmp_path / "empty.lance"), tables.SCHEMA.empty_table())
+    with pytest.raises(PrepError, match="is empty"):
+        materialize_shuffle(table=uri, output=str(tmp_path / "o"), epochs=1)
+
+
+def test_filter_matching_nothing_is_a_clear_error(gsm, tmp_path):
+    with pytest.raises(PrepError, match="matched none of the 400 rows"):
+        materialize_shuffle(table=gsm, output=str(tmp_path / "o"), epochs=1, filter="length < 0")
+
+
+def test_filter_syntax_error_is_a_clear_error(gsm, tmp_path):
+    with pytest.raises(PrepError, match="not a valid filter"):
+        materialize_shuffle(table=gsm, output=str(tmp_path / "o"), epochs=1, filter="length >>> 3")
+    with pytest.raises(PrepError, match="not a valid filter"):
+        materialize_shuffle(table=gsm, output=str(tmp_path / "o2"), epochs=1, filter="no_such_column = 3")
+
+
+def test_zero_splits_is_refused_by_the_cli(gsm, tmp_path, capsys):
+    code = cli_main(["materialize-shuffle", "--table", gsm, "--output", str(tmp_path / "o"), "--epochs", "1", "--splits", "0"])
+    assert code == 2
+    assert "num_splits=0 must be >= 1" in capsys.readouterr().err
+
+
+def test_output_holding_a_different_plan_is_refused_unless_overwrite(synthetic, tmp_path):
+    out = str(tmp_path / "out")
+    materialize_shuffle(table=synthetic, output=out, epochs=1, splits=4, seed=0)
+    with pytest.raises(PrepError, match=r"holds a different plan .*seed 0 -> 1.*--overwrite"):
+        materialize_shuffle(table=synthetic, output=out, epochs=1, splits=4, seed=1)
+    m = materialize_shuffle(table=synthetic, output=out, epochs=1, splits=4, seed=1, overwrite=True)
+    assert m["plan"]["seed"] == 1 and verify(out).ok
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(PrepError, match="holds no prep plan"):
+        materialize_shuffle(table=synthetic, output=str(tmp_path / "other"), epochs=1)
+
+
+def test_source_that_changed_version_is_noticed(tmp_path, capsys):
+    uri = tables.synthetic_table(str(tmp_path / "t.lance"), num_rows=500)
+    out = str(tmp_path / "out")
+    materialize_shuffle(table=uri, output=out, epochs=1, splits=4)
+    lance.write_dataset(lance.dataset(uri).to_table().slice(0, 10), uri, mode="append")
+    report = verify(out)
+    assert not report.ok and "changed: materialized from version 1, now at version 2" in report.problems[0]
+    assert cli_main(["verify", out]) == 1
+    assert "FAILED" in capsys.readouterr().out
+    with pytest.raises(PrepError, match="source version 1 -> 2"):
+        materialize_shuffle(table=uri, output=out, epochs=2, splits=4)
+
+
+def test_verify_notices_a_tampered_split(synthetic, tmp_path):
+    out = str(tmp_path / "out")
+    materialize_shuffle(table=synthetic, output=out, epochs=1, splits=4)
+    uri = os.path.join(out, split_path(0, 1))
+    t = lance.dataset(uri).to_table()
+    lance.write_dataset(t.slice(1), uri, mode="overwrite")
+    report = verify(out)
+    assert not report.ok
+    text = "\n".join(report.problems)
+    assert "epoch 0 split 1" in text and "rows on disk" in text and "checksum" in text
