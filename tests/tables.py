@@ -149,7 +149,15 @@ def gsm8k_table(uri: str, *, num_rows: int, base: int | None = None, fragment_ro
 
 
 def synthetic_table(
-    uri: str, *, num_rows: int, seed: int = 0, min_len: int = 20, max_len: int = 300, fragment_rows: int = 1 << 20, batch_rows: int = 8192
+    uri: str,
+    *,
+    num_rows: int,
+    seed: int = 0,
+    min_len: int = 20,
+    max_len: int = 300,
+    fragment_rows: int = 1 << 20,
+    batch_rows: int = 8192,
+    storage_options: dict | None = None,
 ) -> str:
     """``num_rows`` rows of random tokens (lengths uniform in [min_len, max_len])."""
     rng = np.random.default_rng(seed)
@@ -163,4 +171,4 @@ def synthetic_table(
             masks = [np.ones(k, np.int8) for k in lengths]
             yield from _rows(np.split(tokens, bounds), masks, ids_for(np.arange(start, start + n), salt=seed)).to_batches()
 
-    return write_prepared(uri, batches(), fragment_rows=fragment_rows)
+    return write_prepared(uri, batches(), fragment_rows=fragment_rows, storage_options=storage_options)

@@ -1,0 +1,87 @@
+"""prep prewarm: one rank's splits copied to a local cache, verified, idempotent; S3 end to end."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import lance
+import pytest
+
+import tables
+from prep.cli import main as cli_main
+from prep.errors import PrepError
+from prep.materialize import materialize_shuffle, split_path
+from prep.prewarm import prewarm
+from prep.verify import verify
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+
+@pytest.fixture(scope="module")
+def materialized(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("prewarm")
+    src = tables.synthetic_table(str(root / "t.lance"), num_rows=900, max_len=40)
+    out = str(root / "out")
+    materialize_shuffle(table=src, output=out, epochs=2, splits=8)
+    return out
+
+
+def _cached(cache) -> list[str]:
+    return sorted(os.path.relpath(p, cache) for p in glob.glob(f"{cache}/epoch-*/*.lance"))
+
+
+def test_prewarm_copies_only_the_ranks_splits(materialized, tmp_path):
+    cache = tmp_path / "cache"
+    s = prewarm(materialized, cache=str(cache), rank=1, world_size=4)
+    assert s["splits"] == [2, 3] and s["copied"] == 4 and s["cached"] == 0
+    assert _cached(cache) == [split_path(e, sp) for e in (0, 1) for sp in (2, 3)]
+    assert (cache / "manifest.json").read_text() == open(os.path.join(materialized, "manifest.json")).read()
+    for rel in _cached(cache):
+        assert lance.dataset(str(cache / rel)).to_table().equals(lance.dataset(os.path.join(materialized, rel)).to_table())
+
+
+def test_prewarm_again_copies_nothing_and_repairs_damage(materialized, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    prewarm(materialized, cache=str(cache), rank=0, world_size=2)
+    assert cli_main(["prewarm", materialized, "--cache", str(cache), "--rank", "0", "--world-size", "2"]) == 0
+    assert "0 copied, 8 already cached" in capsys.readouterr().out
+    shutil.rmtree(cache / split_path(1, 2))
+    s = prewarm(materialized, cache=str(cache), rank=0, world_size=2)
+    assert s["copied"] == 1 and s["cached"] == 7
+
+
+def test_prewarm_refuses_a_world_size_that_does_not_divide_the_splits(materialized, tmp_path):
+    with pytest.raises(PrepError, match="world_size=3 does not divide num_splits=8"):
+        prewarm(materialized, cache=str(tmp_path / "c"), rank=0, world_size=3)
+
+
+def test_prewarm_refuses_a_cache_of_another_materialization(materialized, tmp_path):
+    cache = tmp_path / "cache"
+    prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[0])
+    m = (cache / "manifest.json").read_text().replace('"fingerprint": "', '"fingerprint": "x')
+    (cache / "manifest.json").write_text(m)
+    with pytest.raises(PrepError, match="holds materialization x"):
+        prewarm(materialized, cache=str(cache), rank=0, world_size=8)
+    assert prewarm(materialized, cache=str(cache), rank=0, world_size=8, overwrite=True)["copied"] == 2
+    with pytest.raises(PrepError, match=r"epochs \[7\] are not in"):
+        prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[7])
+
+
+@pytest.mark.s3
+def test_materialize_verify_and_prewarm_through_s3(s3_env, s3_bucket, tmp_path):
+    src = f"s3://{s3_bucket}/tables/t.lance"
+    from prep import storage
+
+    tables.synthetic_table(src, num_rows=500, max_len=30, storage_options=storage.lance_storage_options(src))
+    out = f"s3://{s3_bucket}/shuffled"
+    m = materialize_shuffle(table=src, output=out, epochs=2, splits=4, filter="length > 25")
+    assert m["source"]["uri"] == src and 0 < m["num_selected_rows"] < 500
+    assert storage.exists(f"{out}/manifest.json") and not storage.exists(f"{out}/_work")
+    assert verify(out).ok
+    s = prewarm(out, cache=str(tmp_path / "cache"), rank=1, world_size=2)
+    assert s["copied"] == 4 and s["splits"] == [2, 3]
+    assert sum(lance.dataset(str(tmp_path / "cache" / split_path(0, sp))).count_rows() for sp in (2, 3)) == sum(
+        sp["num_rows"] for sp in m["epochs"][0]["splits"][2:]
+    )
