@@ -75,3 +75,11 @@ def test_pretraining_rows_get_eos_and_full_mask(tok):
     assert rows.mask.all()
     with pytest.raises(RowError, match="empty text"):
         TextFormatter()("   ")
+
+
+def test_single_turn_fast_path_matches_the_jinja_render(tok):
+    f = SFTFormatter(tok)
+    assert f._frame is not None
+    for q, a in [("What is 2+2?", "4"), ("  spaced  ", "multi\nline\n"), ("{{ not a template }}", "{% raw %}")]:
+        row = [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        assert f({"messages": row}) == [s for s in f._chat_segments(row)]

@@ -120,6 +120,7 @@ class SFTFormatter:
             template = _compile_jinja_template(tokenizer.chat_template)
             specials = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
             self._render: Callable[..., str] = lambda msgs, gen: template.render(messages=msgs, add_generation_prompt=gen, **specials)
+            self._frame = self._single_turn_frame()
 
     def __call__(self, row: Any) -> list[tuple[str, bool]]:
         if not isinstance(row, dict):
@@ -127,7 +128,35 @@ class SFTFormatter:
         messages = _to_messages(row, self._schema, self._messages_column)
         if self._prompt_template is not None:
             return self._format_strings(messages)
+        if self._frame and len(messages) == 2 and messages[0]["role"] == "user" and messages[1]["role"] == "assistant":
+            f = self._frame
+            return [(f[0] + messages[0]["content"] + f[1], False), (f[2] + messages[1]["content"] + f[3], True)]
         return self._chat_segments(messages)
+
+    def _single_turn_frame(self) -> tuple[str, str, str, str] | None:
+        """The template's text around one user and one assistant message, if it is a pure frame.
+
+        Most templates only wrap the contents; then a single-turn row is four string
+        concatenations instead of two Jinja renders. Probe contents (whitespace,
+        braces, newlines) must render identically both ways, otherwise rows keep
+        going through Jinja.
+        """
+        u, a = "\x00user\x00", "\x00assistant\x00"
+        try:
+            prompt = self._render([{"role": "user", "content": u}], True)
+            full = self._render([{"role": "user", "content": u}, {"role": "assistant", "content": a}], False)
+        except Exception:
+            return None
+        if prompt.count(u) != 1 or not full.startswith(prompt) or full[len(prompt):].count(a) != 1:
+            return None
+        before_user, after_user = prompt.split(u)
+        before_answer, after_answer = full[len(prompt):].split(a)
+        frame = (before_user, after_user, before_answer, after_answer)
+        for user, answer in ((" spaced ", "line\n"), ("{{ x }} {% y %}", "%s {0}"), ("a\n\nb", " lead")):
+            msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+            if self._chat_segments(msgs) != [(frame[0] + user + frame[1], False), (frame[2] + answer + frame[3], True)]:
+                return None
+        return frame
 
     def _format_strings(self, messages: list[dict[str, str]]) -> list[tuple[str, bool]]:
         if len(messages) != 2:

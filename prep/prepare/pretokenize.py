@@ -269,7 +269,12 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
         "sources": len(sources),
         **{k: counts[k] for k in ("rows_read", "rows_written", "rows_rejected", "tokens", "tokens_trained")},
         **({"pad_tokens": counts["pad_tokens"]} if cfg.pack else {}),
-        "seconds": {"ray_init": round(t_run - t_ray, 2), "job": round(t_end - t_run, 2), "total": round(t_end - t0, 2)},
+        "seconds": {
+            "ray_init": round(t_run - t_ray, 2),
+            "job": round(t_end - t_run, 2),
+            "total": round(t_end - t0, 2),
+            "in_workers": round(sum(r.seconds for r in results), 2),
+        },
         "counts": dict(counts),
     }
 
