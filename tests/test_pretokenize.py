@@ -39,6 +39,7 @@ def test_gsm8k_full_table_has_contract_columns_counts_and_metadata(tokenizer_dir
     assert ds.schema.field("loss_mask").type == pa.list_(pa.int8())
     meta = prep_metadata(ds)
     assert meta["kind"] == "sft" and meta["counts"]["tokens"] == s["tokens"] > 1_000_000
+    assert meta["counts"]["rows_rejected"] == 0 and meta["counts"]["rows_read"] == 7473
     assert meta["tokenizer"]["eos_id"] == 2 and len(meta["tokenizer"]["hash"]) == 64
     assert meta["sources"][0]["size"] == (shared_data / "gsm8k" / "train.jsonl").stat().st_size
     assert len(meta["config_hash"]) == 64 and meta["config"]["tokenizer"] == tokenizer_dir

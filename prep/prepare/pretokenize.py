@@ -241,7 +241,9 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
     init_ray(cfg.ray.address, num_cpus=cfg.ray.num_cpus)
     t_run = time.perf_counter()
     results = run_chunks(chunks, TextChunkWorker(cfg, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
-    counts: Counter = sum((r.counts for r in results), Counter())
+    counts: Counter = Counter(dict.fromkeys(("rows_read", "rows_written", "rows_rejected", "tokens"), 0))
+    for r in results:
+        counts.update(r.counts)  # update(), unlike +, keeps zero counts: the metadata lists them all
     if counts["rows_read"] != counts["rows_accepted"] + counts["rows_rejected"]:
         raise PrepError(f"row accounting failed: read {counts['rows_read']} != accepted {counts['rows_accepted']} + rejected {counts['rows_rejected']}")
     metadata = {
