@@ -112,6 +112,19 @@ def test_existing_output_needs_overwrite(ray_local, tmp_path):
     assert lance.dataset(str(tmp_path / "o.lance")).count_rows() == 2
 
 
+def test_encoded_bytes_and_original_blobs_survive_the_commit(ray_local, tmp_path):
+    root = _copy_tree(photos(3), tmp_path / "t")
+    out = tmp_path / "enc.lance"
+    cfg = load_config(ImagesConfig, CONFIG, input=str(root), output=str(out), store_pixels=False, encode="webp", keep_original=True)
+    summary = run_decode_images(cfg)
+    ds = lance.dataset(str(out))
+    assert "image" not in ds.schema.names and lance_io.prep_metadata(ds)["encoded"]["format"] == "webp"
+    sources = ds.to_table(columns=["source"]).column("source").to_pylist()
+    blobs = ds.take_blobs("original", indices=[0, 2])
+    assert [b.read() for b in blobs] == [Path(sources[0]).read_bytes(), Path(sources[2]).read_bytes()]
+    assert summary["bytes_per_image"] < 224 * 224 * 3 / 2 + max(Path(s).stat().st_size for s in sources)
+
+
 @pytest.mark.s3
 def test_s3_input_and_output(ray_local, s3_bucket, tmp_path):
     import fsspec
@@ -157,12 +170,17 @@ def test_ray_job_submit_runs_the_pipeline_on_a_real_head(ray_head, tmp_path):
         str(Path(ray_head.env["PATH"].split(":")[0]) / "ray"), "job", "submit", "--address", ray_head.address, "--working-dir", str(REPO), "--",
         "python", "pipelines/decode_images.py", "--config", "configs/imagefolder.yaml", "--input", str(root), "--output", str(out), "--json",
     ]
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 60
     while True:  # a fresh head's job agent comes up a few seconds after `ray start` returns
         proc = subprocess.run(cmd, env=ray_head.env, cwd=REPO, capture_output=True, text=True, timeout=300)
         if proc.returncode == 0 or "No available agent" not in proc.stderr or time.monotonic() > deadline:
             break
         time.sleep(2)
+    if "No available agent" in proc.stderr:
+        pytest.fail(
+            "the head's job agent never came up: another Ray on this host (e.g. the ray_local fixture) holds the "
+            "default dashboard agent port 52365; the ray_head fixture needs --dashboard-agent-listen-port=<free port>"
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "succeeded" in proc.stdout + proc.stderr
     ds = lance.dataset(str(out))
