@@ -242,8 +242,12 @@ def test_animated_webp_falls_back_to_pillow_first_frame():
     assert got.via_pil and got.frames == 2 and int(got.pixels.float().mean().round()) == 30
 
 
-def test_grayscale_output_has_one_channel():
-    assert tuple(decode(encode(noise(20, 10), "JPEG"), channels=1).pixels.shape) == (1, 10, 20)
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF", "WEBP", "BMP"])
+def test_grayscale_output_has_one_channel_whatever_the_decoder(fmt):
+    data = encode(noise(20, 10).convert("P") if fmt == "GIF" else noise(20, 10), fmt)
+    got = decode(data, channels=1).pixels
+    want = np.asarray(Image.open(io.BytesIO(data)).convert("L")).astype(int)
+    assert tuple(got.shape) == (1, 10, 20) and np.abs(got[0].numpy().astype(int) - want).max() <= 1
 
 
 @pytest.mark.parametrize(
@@ -437,3 +441,16 @@ def test_encoded_and_original_columns(tmp_path):
         back = np.asarray(Image.open(io.BytesIO(table.column("encoded")[0].as_py())).convert("RGB"))
         pixels = table.column("image")[0].values.to_numpy().reshape(32, 32, 3)
         assert back.shape == (32, 32, 3) and np.abs(back.astype(int) - pixels.astype(int)).mean() < 3, fmt
+
+
+def test_grayscale_pad_nonsquare_keeps_every_row_its_own_shape(tmp_path):
+    if not HYMENOPTERA.is_dir():
+        pytest.skip("needs the real photos")
+    root = bad_tree(tmp_path / "tree")
+    cfg = config(tmp_path, input=str(root), channels=1, resize="pad", size=[48, 64], interpolation="bicubic", pad_value=255)
+    _, table, rejects, counts = run_worker(cfg)
+    assert table.num_rows == len(GOOD) and len(rejects) == len(BAD)
+    assert table.column("image").type.list_size == 48 * 64
+    banner = table.column("source").to_pylist().index(str(root / "ants" / "banner.jpg"))
+    img = table.column("image")[banner].values.to_numpy().reshape(48, 64)
+    assert (img[:20] == 255).all() and (img[-20:] == 255).all()  # 2000x20 fits as 64x0.64 -> 1 row, padded

@@ -93,7 +93,20 @@ def _torchvision(data: bytes, channels: int) -> torch.Tensor:
         out = out[0]
     if out.dtype != torch.uint8:  # 16-bit PNG
         out = F.to_dtype(out, torch.uint8, scale=True)
-    return out
+    return _channels(out, channels)
+
+
+def _channels(img: torch.Tensor, channels: int) -> torch.Tensor:
+    """Enforces the channel count: some decoders (GIF) ignore the requested mode."""
+    if img.shape[0] == channels:
+        return img
+    if img.shape[0] in (2, 4):  # gray+alpha, RGBA: drop alpha
+        img = img[:-1]
+    if channels == 1 and img.shape[0] == 3:
+        return F.rgb_to_grayscale(img, num_output_channels=1)
+    if channels == 3 and img.shape[0] == 1:
+        return img.expand(3, -1, -1).contiguous()
+    return img
 
 
 def _pil(im: Image.Image, channels: int) -> torch.Tensor:
@@ -105,7 +118,7 @@ def _pil(im: Image.Image, channels: int) -> torch.Tensor:
     arr = np.asarray(im.convert("RGB" if channels == 3 else "L"))
     if arr.ndim == 2:
         arr = arr[:, :, None]
-    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+    return torch.from_numpy(np.array(arr.transpose(2, 0, 1), order="C"))  # a writable copy
 
 
 def decode(data: bytes, channels: int = 3, max_pixels: int = 100_000_000) -> Decoded:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import torch
 
 from prep import storage
+from prep.errors import PrepError
 from prep.prepare.ids import stable_ids
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.decode import ImageError, decode
@@ -98,6 +99,8 @@ class ImageChunkWorker:
                 rejects.append(Reject(item.reject_source, item.position, str(exc), repr(item.data[:48])))
                 continue
             chw = fit(dec.pixels, fit_)
+            if tuple(chw.shape) != (c, h, w):  # a decoder broke its contract: fail loudly, never misalign rows
+                raise PrepError(f"{item.source}: decoded to shape {tuple(chw.shape)}, expected {(c, h, w)}; please report this file")
             hwc = chw.permute(1, 2, 0).contiguous().numpy()
             counts[f"format:{dec.format}"] += 1
             counts["decoded_with_pil"] += dec.via_pil
