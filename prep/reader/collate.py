@@ -1,15 +1,21 @@
 """Build whole batches from a chunk with vectorized NumPy: no per-row Python.
 
 A local batch is ``b`` consecutive rows of each split the rank owns, in split
-order. Per batch the work is one slice per split (``S/W`` of them, each ``b``
-rows) and a handful of whole-array operations:
+order. Batches are built a *group* of steps at a time, so the Python work is a few
+calls per split per group, whatever ``b`` is, and each batch is a view:
 
-* fixed-length rows (packed text, images) are a reshape of one buffer: zero-copy
-  from Arrow when the rank reads one split and no dtype change is asked for;
-* variable-length rows are padded from the Arrow offsets with one boolean-mask
-  scatter (``ids[mask] = values``), optionally to a multiple of ``pad_to_multiple_of``
-  so batch shapes fall into a few buckets;
+* fixed-length rows (packed text, images): one strided copy per split puts the
+  group's rows in batch order (none at all when the rank reads one split and the
+  dtype is kept: then a batch is a reshape of the Arrow buffer, zero-copy);
+* variable-length rows: every token's place in the padded output is computed from
+  the Arrow offsets (``np.repeat``) and the tokens are scattered there in one
+  operation per output, each batch padded to its own longest row (rounded up to
+  ``pad_to_multiple_of``, so shapes fall into a few buckets);
 * ``labels`` are ``input_ids`` with -100 where ``loss_mask`` is 0 or on padding.
+
+Only NumPy computes here; torch merely wraps the results (``torch.from_numpy``). A
+torch kernel would enter its OpenMP pool, whose idle threads spin: on a 2-core
+machine that burned 4x the CPU of the whole reader in our benchmark.
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from prep.reader.source import Ragged
 from prep.reader.spec import CollateSpec
 
-__all__ = ["collate", "IGNORE_INDEX"]
+__all__ = ["collate_steps", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
+Built = tuple[dict[str, torch.Tensor], np.ndarray, int]  # (tensors, row ids, real tokens)
+
 # Arrow buffers are read-only and torch warns (once per process) when a tensor shares one. The
 # reader never writes them, so spend that one warning here, silenced, instead of in a user's log.
 with warnings.catch_warnings():
@@ -35,89 +42,122 @@ with warnings.catch_warnings():
     torch.from_numpy(_readonly)
 
 
-def collate(parts: list[dict[str, Any]], start: int, stop: int, spec: CollateSpec) -> tuple[dict[str, torch.Tensor], np.ndarray, int]:
-    """Rows ``[start, stop)`` of every part, concatenated in part order, as tensors.
+def collate_steps(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: CollateSpec) -> list[Built]:
+    """Batches for steps ``[start, stop)`` of a chunk (step ``j`` is rows ``[j*b, (j+1)*b)`` of every part).
 
     Args:
-        parts: one dict of NumPy columns per split (see :func:`prep.reader.source.columns_to_numpy`).
-        start: first row of each part.
-        stop: end row of each part.
-        spec: how to build the tensors.
+        parts: one dict of NumPy columns per split, in split order (see
+            :func:`prep.reader.source.columns_to_numpy`).
+        start: first step, relative to the chunk.
+        stop: end step, relative to the chunk.
+        b: rows each split gives a step.
+        spec: how rows become tensors.
 
     Returns:
-        ``(tensors, ids, num_tokens)``.
+        One ``(tensors, ids, num_tokens)`` per step.
     """
-    ids = _rows([p["id"] for p in parts], start, stop)
-    build = {"images": _images, "packed": _packed}.get(spec.kind, _padded)
-    tensors, num_tokens = build(parts, start, stop, spec)
-    return tensors, ids, num_tokens
+    ids = _stack([p["id"] for p in parts], start, stop, b).reshape(stop - start, -1)
+    if spec.kind == "images":
+        built = _images(parts, start, stop, b, spec)
+    elif spec.kind == "packed":
+        built = _packed(parts, start, stop, b, spec)
+    else:
+        built = _padded(parts, start, stop, b, spec)
+    return [(tensors, ids[j], tokens) for j, (tensors, tokens) in enumerate(built)]
 
 
-def _rows(arrays: list[np.ndarray], start: int, stop: int) -> np.ndarray:
-    """Rows ``[start, stop)`` of each array, concatenated: a view when there is one array."""
-    if len(arrays) == 1:
-        return arrays[0][start:stop]
-    return np.concatenate([a[start:stop] for a in arrays])
+def _stack(cols: list[np.ndarray], start: int, stop: int, b: int, dtype: Any = None) -> np.ndarray:
+    """Rows of steps ``[start, stop)`` of each column, in batch order: shape ``(steps, splits, b, ...)``.
 
-
-def _ragged(cols: list[Ragged], start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-    """Lengths and concatenated values of rows ``[start, stop)`` of each ragged column."""
-    lens, values = [], []
-    for col in cols:
-        offsets = col.offsets[start:stop + 1]
-        lens.append(np.diff(offsets))
-        values.append(col.values[offsets[0]:offsets[-1]])
-    if len(cols) == 1:
-        return lens[0], values[0]
-    return np.concatenate(lens), np.concatenate(values)
+    A view when there is one column and no dtype change; else one strided copy per column.
+    """
+    steps, rows = stop - start, slice(start * b, stop * b)
+    first = cols[0][rows]
+    if len(cols) == 1 and (dtype is None or first.dtype == dtype):
+        return first.reshape(steps, 1, b, *first.shape[1:])
+    out = np.empty((steps, len(cols), b, *first.shape[1:]), dtype=dtype or first.dtype)
+    for s, col in enumerate(cols):
+        out[:, s] = col[rows].reshape(steps, b, *first.shape[1:])
+    return out
 
 
 def _np_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
 
-def _padded(parts: list[dict[str, Any]], start: int, stop: int, spec: CollateSpec) -> tuple[dict[str, torch.Tensor], int]:
-    lens, tokens = _ragged([p["input_ids"] for p in parts], start, stop)
+def _padded(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: CollateSpec) -> list[tuple[dict, int]]:
+    steps, k = stop - start, len(parts)
+    offsets = [p["input_ids"].offsets[start * b:stop * b + 1] for p in parts]
+    lens = np.stack([np.diff(o) for o in offsets]).astype(np.int64).reshape(k, steps, b)  # source order
+    tokens = np.concatenate([p["input_ids"].values[o[0]:o[-1]] for p, o in zip(parts, offsets)])
     m = spec.pad_to_multiple_of
-    width = max(1, -(-int(lens.max(initial=0)) // m) * m)
-    mask = np.arange(width, dtype=lens.dtype) < lens[:, None]
-    input_ids = np.full(mask.shape, spec.pad_id, dtype=_np_dtype(spec.token_dtype))
-    input_ids[mask] = tokens
-    trained = np.zeros(mask.shape, dtype=np.bool_)
+    width = np.maximum(-(-lens.max(axis=(0, 2), initial=0) // m) * m, 1)  # per step
+    size = k * b * width
+    base = np.concatenate([[0], np.cumsum(size)])
+    # where each row starts in the flat output: batch base + (split, row) slot * batch width
+    slot = (np.arange(k)[:, None, None] * b + np.arange(b)[None, None, :])
+    row_start = (base[:-1][None, :, None] + slot * width[None, :, None]).ravel()
+    flat_lens = lens.ravel()
+    token_start = np.concatenate([[0], np.cumsum(flat_lens)[:-1]])
+    dest = np.repeat(row_start - token_start, flat_lens) + np.arange(tokens.size)
+    input_ids = np.full(int(base[-1]), spec.pad_id, dtype=_np_dtype(spec.token_dtype))
+    input_ids[dest] = tokens
+    labels = np.full(int(base[-1]), IGNORE_INDEX, dtype=np.int64)
+    # attention: per row, `len` ones then `width - len` zeros, written in one pass (rows in output order)
+    out_lens = lens.transpose(1, 0, 2).ravel()
+    runs = np.empty(2 * out_lens.size, dtype=np.int64)
+    runs[0::2], runs[1::2] = out_lens, np.repeat(width, k * b) - out_lens
+    attention = np.repeat(np.tile(np.array([1, 0], dtype=np.int64), out_lens.size), runs)
+    trained = None
     if "loss_mask" in parts[0]:
-        trained[mask] = _ragged([p["loss_mask"] for p in parts], start, stop)[1]
+        trained = np.concatenate([p["loss_mask"].values[o[0]:o[-1]] for p, o in zip(parts, offsets)]).astype(bool, copy=False)
+        labels[dest] = np.where(trained, tokens, IGNORE_INDEX)
     else:
-        trained = mask
-    out = {
-        "input_ids": torch.from_numpy(input_ids),
-        "labels": torch.from_numpy(np.where(trained, input_ids, np.int64(IGNORE_INDEX))),
-        "attention_mask": torch.from_numpy(mask.view(np.uint8)).to(torch.int64),
-    }
+        labels[dest] = tokens
     if spec.return_loss_mask:
-        out["loss_mask"] = torch.from_numpy(trained.view(np.uint8))
-    return out, int(tokens.size)
+        loss_mask = np.zeros(int(base[-1]), dtype=np.uint8)
+        loss_mask[dest] = 1 if trained is None else trained
+    per_step = lens.sum(axis=(0, 2))
+    out = []
+    for j in range(steps):
+        view = slice(int(base[j]), int(base[j + 1]))
+        shape = (k * b, int(width[j]))
+        tensors = {"input_ids": torch.from_numpy(input_ids[view].reshape(shape)),
+                   "labels": torch.from_numpy(labels[view].reshape(shape)),
+                   "attention_mask": torch.from_numpy(attention[view].reshape(shape))}
+        if spec.return_loss_mask:
+            tensors["loss_mask"] = torch.from_numpy(loss_mask[view].reshape(shape))
+        out.append((tensors, int(per_step[j])))
+    return out
 
 
-def _packed(parts: list[dict[str, Any]], start: int, stop: int, spec: CollateSpec) -> tuple[dict[str, torch.Tensor], int]:
-    tokens = _rows([p["input_ids"] for p in parts], start, stop)
-    loss_mask = _rows([p["loss_mask"] for p in parts], start, stop)
-    length = _rows([p["length"] for p in parts], start, stop)
-    dtype = _np_dtype(spec.token_dtype)
-    input_ids = tokens.astype(dtype, copy=False)
-    out = {
-        "input_ids": torch.from_numpy(input_ids),
-        "labels": torch.from_numpy(np.where(loss_mask, input_ids, np.int64(IGNORE_INDEX))),
-        "attention_mask": torch.from_numpy(np.arange(tokens.shape[1]) < length[:, None]).to(torch.int64),
-        "position_ids": torch.from_numpy(_rows([p["position_ids"] for p in parts], start, stop).astype(dtype, copy=False)),
-    }
-    if spec.return_loss_mask:
-        out["loss_mask"] = torch.from_numpy(loss_mask.astype(np.uint8, copy=False))
-    return out, int(length.sum())
+def _packed(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: CollateSpec) -> list[tuple[dict, int]]:
+    steps, dtype = stop - start, _np_dtype(spec.token_dtype)
+    grab = lambda name, dt=None: _stack([p[name] for p in parts], start, stop, b, dt).reshape(steps, len(parts) * b, -1)  # noqa: E731
+    input_ids, position_ids = grab("input_ids", dtype), grab("position_ids", dtype)
+    loss_mask = grab("loss_mask")
+    length = _stack([p["length"] for p in parts], start, stop, b).reshape(steps, -1)
+    labels = np.where(loss_mask != 0, input_ids, np.int64(IGNORE_INDEX))
+    attention = (np.arange(input_ids.shape[2]) < length[:, :, None]).astype(np.int64)
+    out = []
+    for j in range(steps):
+        tensors = {"input_ids": torch.from_numpy(input_ids[j]), "labels": torch.from_numpy(labels[j]),
+                   "attention_mask": torch.from_numpy(attention[j]), "position_ids": torch.from_numpy(position_ids[j])}
+        if spec.return_loss_mask:
+            tensors["loss_mask"] = torch.from_numpy(loss_mask[j].astype(np.uint8, copy=False))
+        out.append((tensors, int(length[j].sum())))
+    return out
 
 
-def _images(parts: list[dict[str, Any]], start: int, stop: int, spec: CollateSpec) -> tuple[dict[str, torch.Tensor], int]:
+def _images(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: CollateSpec) -> list[tuple[dict, int]]:
     h, w, c = spec.image_shape  # type: ignore[misc]
-    pixels = torch.from_numpy(_rows([p["image"] for p in parts], start, stop).reshape(-1, h, w, c))
-    if spec.image_layout == "NCHW":
-        pixels = pixels.permute(0, 3, 1, 2)  # a channels_last-strided NCHW view of the same buffer
-    return {"image": pixels, "label": torch.from_numpy(_rows([p["label"] for p in parts], start, stop).astype(np.int64))}, 0
+    steps = stop - start
+    pixels = _stack([p["image"] for p in parts], start, stop, b).reshape(steps, -1, h, w, c)
+    labels = _stack([p["label"] for p in parts], start, stop, b, np.dtype(np.int64)).reshape(steps, -1)
+    out = []
+    for j in range(steps):
+        image = torch.from_numpy(pixels[j])
+        if spec.image_layout == "NCHW":
+            image = image.permute(0, 3, 1, 2)  # a channels_last-strided NCHW view of the same buffer
+        out.append(({"image": image, "label": torch.from_numpy(labels[j])}, 0))
+    return out

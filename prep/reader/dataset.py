@@ -52,7 +52,7 @@ class ReaderDataset(IterableDataset):
         image_layout: ``NCHW`` (default) or ``NHWC``.
         return_loss_mask: also return ``loss_mask`` (default False).
         pin_memory: build batches in pinned host memory, on the batch thread (default False; needs CUDA).
-        read_bytes: about how many bytes one read covers (default 32 MiB).
+        read_bytes: about how many bytes one read covers, all the rank's splits together (default 64 MiB).
         raw_chunks: reads queued ahead of batching (default 2).
         prefetch_batches: batches queued ahead of the consumer (default 4).
         s3: where to reach ``s3://`` URIs (default: the environment).
@@ -69,7 +69,7 @@ class ReaderDataset(IterableDataset):
                  transform: Callable[[Batch], dict] | None = None, transform_threads: int = 2,
                  pad_id: int | None = None, token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
                  image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
-                 pin_memory: bool = False, read_bytes: int = 32 << 20, raw_chunks: int = 2, prefetch_batches: int = 4,
+                 pin_memory: bool = False, read_bytes: int = 64 << 20, raw_chunks: int = 2, prefetch_batches: int = 4,
                  s3: storage.S3Options | None = None) -> None:
         super().__init__()
         if plan is not None:
