@@ -454,3 +454,17 @@ def test_grayscale_pad_nonsquare_keeps_every_row_its_own_shape(tmp_path):
     banner = table.column("source").to_pylist().index(str(root / "ants" / "banner.jpg"))
     img = table.column("image")[banner].values.to_numpy().reshape(48, 64)
     assert (img[:20] == 255).all() and (img[-20:] == 255).all()  # 2000x20 fits as 64x0.64 -> 1 row, padded
+
+
+def test_bracketed_directory_is_a_path_and_globs_select_shards(tmp_path):
+    root = tmp_path / "photos [2020]" / "cls"
+    root.mkdir(parents=True)
+    (root / "a.png").write_bytes(encode(noise(20, 20), "PNG"))
+    planned = plan(config(tmp_path, input=str(root.parent)))
+    assert planned.kind == "imagefolder" and planned.files == 1
+    if HYMENOPTERA.is_dir():
+        for i in range(2):
+            write_tar(tmp_path / "wds" / f"shard-{i}.tar", photos(2), label_of=lambda p: 0)
+        (tmp_path / "wds" / "README.md").write_text("not a shard")
+        planned = plan(config(tmp_path, input=str(tmp_path / "wds" / "shard-*.tar")))
+        assert planned.kind == "webdataset" and [c.key for c in planned.chunks] == ["shard-0.tar", "shard-1.tar"]

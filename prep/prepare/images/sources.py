@@ -78,16 +78,16 @@ def _hidden(rel: str) -> bool:
 def _expand(given: str, s3: storage.S3Options | None) -> tuple[str, list[tuple[str, dict[str, Any]]], bool]:
     """``(root, sorted [(path, info)], is_dir)`` for a directory, glob or file (hidden files skipped)."""
     fs, path = storage.filesystem(given, s3)
-    if any(c in path for c in "*?["):
-        root = path[: min(path.find(c) for c in "*?[" if c in path)].rsplit("/", 1)[0]
-        found = {p: fs.info(p) for p in fs.glob(path)}
-        is_dir = False
-    elif fs.isdir(path):
+    if fs.isdir(path):  # an existing path wins over glob syntax ("photos [2020]/")
         root, is_dir = path, True
         found = fs.find(path, detail=True)
     elif fs.exists(path):
         root, is_dir = posixpath.dirname(path), False
         found = {path: fs.info(path)}
+    elif any(c in path for c in "*?["):
+        root = path[: min(path.find(c) for c in "*?[" if c in path)].rsplit("/", 1)[0]
+        found = {p: fs.info(p) for p in fs.glob(path)}
+        is_dir = False
     else:
         raise PrepError(f"input not found: {given}")
     files = [(p, i) for p, i in sorted(found.items()) if i.get("type", "file") == "file" and not _hidden(posixpath.relpath(p, root))]
