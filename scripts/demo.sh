@@ -14,15 +14,19 @@ python examples/make_demo_data.py "$OUT/raw/arith.jsonl" --rows 4000
 
 RAY_TMP=$(mktemp -d /tmp/prep-demo-ray-XXXX)
 free_port() { python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-GCS_PORT=$(free_port); DASH_PORT=$(free_port)
+GCS_PORT=$(free_port); DASH_PORT=$(free_port); AGENT_PORT=$(free_port)
 stop_head() {  # only this head's processes: `ray stop` would stop every Ray on the host
   pkill -f "$RAY_TMP" 2>/dev/null || true; sleep 1; pkill -9 -f "$RAY_TMP" 2>/dev/null || true; rm -rf "$RAY_TMP"
 }
 trap stop_head EXIT
 echo "== starting a local Ray head"
 ray start --head --num-cpus="$(nproc)" --port="$GCS_PORT" --dashboard-port="$DASH_PORT" \
-  --dashboard-host=127.0.0.1 --object-store-memory=500000000 --temp-dir="$RAY_TMP" --disable-usage-stats >/dev/null
+  --dashboard-agent-listen-port="$AGENT_PORT" --dashboard-agent-grpc-port="$(free_port)" \
+  --runtime-env-agent-port="$(free_port)" --metrics-export-port="$(free_port)" --dashboard-host=127.0.0.1 --object-store-memory=500000000 --temp-dir="$RAY_TMP" --disable-usage-stats >/dev/null
 
+for _ in $(seq 60); do  # the job agent comes up a few seconds after `ray start` returns
+  python -c "import socket; socket.create_connection(('127.0.0.1', $AGENT_PORT), 1)" 2>/dev/null && break; sleep 1
+done
 echo "== ray job submit: pretokenize (builtin Mistral v3 tokenizer, SFT with loss on answers)"
 ray job submit --address "http://127.0.0.1:$DASH_PORT" --working-dir . -- \
   python pipelines/pretokenize.py --config configs/gsm8k-sft.yaml \

@@ -32,6 +32,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_for_port(port: int, seconds: float) -> None:
+    deadline = time.time() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.time() > deadline:
+                raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {seconds}s")
+            time.sleep(0.3)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
@@ -67,15 +79,19 @@ class RayHead:
 def ray_head():
     """A real `ray start --head` from this venv, stopped (only it) at the end."""
     temp_dir = tempfile.mkdtemp(prefix="prep-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    port, dash = _free_port(), _free_port()
+    port, dash, agent = _free_port(), _free_port(), _free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
+    # Every port explicit: the defaults (e.g. the job agent's 52365) clash with any other Ray on the host.
     subprocess.run(
         [str(VENV_BIN / "ray"), "start", "--head", "--num-cpus=2", f"--port={port}", f"--dashboard-port={dash}",
+         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={_free_port()}",
+         f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}",
          "--dashboard-host=127.0.0.1", "--object-store-memory=300000000", f"--temp-dir={temp_dir}",
          "--disable-usage-stats"],
         env=env, check=True, capture_output=True, timeout=120,
     )
+    _wait_for_port(agent, 60)  # the job agent comes up a few seconds after `ray start` returns
     try:
         yield RayHead(address=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{port}", env=env)
     finally:
@@ -108,16 +124,11 @@ def s3_env():
         "AWS_REGION": "us-east-1",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    deadline = time.time() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("moto_server did not start")
-            time.sleep(0.2)
+    try:
+        _wait_for_port(port, 30)
+    except RuntimeError:
+        proc.kill()
+        raise
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
