@@ -26,6 +26,7 @@ from prep.verify import verify
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 VENV_BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -275,3 +276,33 @@ def test_verify_notices_a_tampered_split(synthetic, tmp_path):
     assert not report.ok
     text = "\n".join(report.problems)
     assert "epoch 0 split 1" in text and "rows on disk" in text and "checksum" in text
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def test_pipeline_script_runs_like_the_cli(synthetic, tmp_path, ray_local):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "pipelines" / "materialize_shuffle.py"), "--table", synthetic, "--output", str(out),
+         "--epochs", "1", "--splits", "4", "--ray-address", ray_local.get_runtime_context().gcs_address],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "epochs 0..0 (1) x 4 splits, 6,000 of 6,000 rows selected" in proc.stdout
+    same = materialize_shuffle(table=synthetic, output=str(tmp_path / "same"), epochs=1, splits=4)
+    assert checksums(json.loads((out / "manifest.json").read_text())) == checksums(same)
+
+
+@pytest.mark.ray_cluster
+@pytest.mark.slow
+def test_ray_job_submit_runs_the_pipeline_on_a_real_head(ray_head, synthetic, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head.address, "--working-dir", str(REPO), "--",
+         "python", "pipelines/materialize_shuffle.py", "--table", synthetic, "--output", str(out), "--epochs", "2",
+         "--splits", "4", "--clump", "8"],
+        env=ray_head.env, cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert verify(str(out)).ok
