@@ -232,7 +232,7 @@ def test_exif_orientation_is_applied_like_pillow():
 
 def test_animated_gif_keeps_the_first_frame():
     got = decode(animated_gif((10, 200, 90)))
-    assert got.frames == 3 and not got.via_pil
+    assert got.frames == 3 and got.via_pil  # Pillow decodes frame 0 alone
     assert int(got.pixels.float().mean().round()) == 10
 
 
@@ -350,7 +350,7 @@ def test_bad_inputs_each_decode_or_become_a_reject_with_reason(tmp_path):
     for rel, words in BAD.items():
         assert words in rejected[rel], (rel, rejected[rel])
     assert counts["rows_read"] == len(GOOD) + len(BAD) == table.num_rows + counts["rows_rejected"]
-    assert counts["decoded_with_pil"] == 2 and counts["animated_first_frame_kept"] == 2
+    assert counts["decoded_with_pil"] == 3 and counts["animated_first_frame_kept"] == 2  # BMP, animated WebP and GIF
     assert table.column("image").type.list_size == 224 * 224 * 3
     assert len(set(table.column("id").to_pylist())) == table.num_rows
     by_source = dict(zip(written, table.column("label_name").to_pylist()))
@@ -468,3 +468,26 @@ def test_bracketed_directory_is_a_path_and_globs_select_shards(tmp_path):
         (tmp_path / "wds" / "README.md").write_text("not a shard")
         planned = plan(config(tmp_path, input=str(tmp_path / "wds" / "shard-*.tar")))
         assert planned.kind == "webdataset" and [c.key for c in planned.chunks] == ["shard-0.tar", "shard-1.tar"]
+
+
+def test_header_sizes_match_pillow_including_progressive_and_exif_jpegs():
+    from prep.prepare.images.decode import _quick_size
+
+    cases = [encode(noise(123, 45), "JPEG", progressive=True), exif_rotated_jpeg(), encode(noise(7, 300), "PNG")]
+    cases += [p.read_bytes() for p in photos(20)] if HYMENOPTERA.is_dir() else []
+    for data in cases:
+        fmt = "PNG" if data.startswith(b"\x89PNG") else "JPEG"
+        assert _quick_size(fmt, data) == Image.open(io.BytesIO(data)).size
+    with pytest.raises(ImageError, match="max_pixels"):
+        decode(cases[0], max_pixels=123 * 45 - 1)
+
+
+def test_ids_are_a_hash_of_the_relative_path_only(tmp_path):
+    from prep.prepare.ids import key_hash, stable_ids
+    from prep.prepare.images.samples import FILE_KEY
+
+    for parent in ("one", "two"):
+        (tmp_path / parent / "ants").mkdir(parents=True)
+        (tmp_path / parent / "ants" / "x y.png").write_bytes(encode(noise(20, 20), "PNG"))
+    ids = [run_worker(config(tmp_path, input=str(tmp_path / parent)))[1].column("id")[0].as_py() for parent in ("one", "two")]
+    assert ids[0] == ids[1] == int(stable_ids(FILE_KEY, np.array([key_hash("ants/x y.png")], np.uint64))[0])

@@ -90,7 +90,7 @@ def test_bad_inputs_are_written_or_rejected_and_counts_reconcile(ray_local, tmp_
     out = tmp_path / "bad.lance"
     summary = run_decode_images(load_config(ImagesConfig, CONFIG, input=str(root), output=str(out), images_per_chunk=5))
     assert summary["rows_read"] == len(GOOD) + len(BAD) == summary["rows_written"] + summary["rows_rejected"]
-    assert (summary["rows_written"], summary["rows_rejected"], summary["decoded_with_pil"]) == (len(GOOD), len(BAD), 2)
+    assert (summary["rows_written"], summary["rows_rejected"], summary["decoded_with_pil"]) == (len(GOOD), len(BAD), 3)
     rejects = lance.dataset(summary["rejects"]).to_table().to_pylist()
     got = {Path(r["source"]).relative_to(root).as_posix(): r["reason"] for r in rejects}
     assert set(got) == set(BAD) and all(words in got[rel] for rel, words in BAD.items())

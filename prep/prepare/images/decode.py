@@ -1,13 +1,16 @@
 """Encoded image bytes -> a ``CHW`` uint8 tensor, RGB or grayscale, upright.
 
-The format is found from the content (magic bytes, via Pillow's header parser), never
-from the file name, so a GIF or PNG named ``.jpg`` decodes as what it is. torchvision
-(``torchvision.io.decode_image``: libjpeg-turbo, libpng, giflib, libwebp) decodes
-JPEG, PNG, GIF and still WebP, converting any mode (grayscale, palette, RGBA, CMYK,
-16-bit) and applying the EXIF orientation. Pillow is the fallback, and only for what
-torchvision cannot decode: other formats (BMP, TIFF, ICO...), animated WebP, and any
-file torchvision refuses that Pillow can still read. Alpha is dropped, not composited
-(as both libraries' RGB conversions do). Animated images keep their first frame.
+The format is found from the content, never from the file name, so a GIF or PNG
+named ``.jpg`` decodes as what it is: JPEG and PNG by their magic bytes and header
+(read here, for the size check), anything else by Pillow's header parser.
+torchvision (``torchvision.io.decode_image``: libjpeg-turbo, libpng, giflib, libwebp)
+decodes JPEG, PNG and still GIF and WebP, converting any mode (grayscale, palette,
+RGBA, CMYK, 16-bit) and applying the EXIF orientation. Pillow is the fallback, and
+only for what torchvision cannot decode or should not: other formats (BMP, TIFF,
+ICO...), animated GIF and WebP (Pillow decodes the first frame alone, where
+torchvision would decode every frame), and any file torchvision refuses that Pillow
+can still read. Alpha is dropped, not composited (as both libraries' RGB conversions
+do). Images over ``max_pixels`` are refused from their header, before decoding.
 
 Anything that cannot be decoded raises :class:`ImageError`, whose message is the
 reject reason.
@@ -16,6 +19,7 @@ reject reason.
 from __future__ import annotations
 
 import io
+import struct
 import warnings
 from dataclasses import dataclass
 
@@ -65,7 +69,46 @@ def _magic(data: bytes) -> str | None:
     return next((name for magic, name in _MAGIC if data.startswith(magic)), None)
 
 
+_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` from the first SOF marker, skipping segments by their length."""
+    i, n = 2, len(data)
+    while i + 9 < n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+        elif marker in _SOF:
+            height, width = struct.unpack(">HH", data[i + 5 : i + 9])
+            return width, height
+        elif marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
+            i += 2
+        else:
+            i += 2 + struct.unpack(">H", data[i + 2 : i + 4])[0]
+    return None
+
+
+def _quick_size(fmt: str | None, data: bytes) -> tuple[int, int] | None:
+    """Image size read straight from a JPEG or PNG header (cheaper than Pillow's parser)."""
+    if fmt == "JPEG":
+        return _jpeg_size(data)
+    if fmt == "PNG" and data[12:16] == b"IHDR" and len(data) >= 24:
+        return struct.unpack(">II", data[16:24])
+    return None  # GIF goes through Pillow, which counts its frames
+
+
+def _check_size(fmt: str, width: int, height: int, max_pixels: int) -> None:
+    if width * height > max_pixels:
+        raise ImageError(f"{fmt} of {width}x{height} pixels exceeds max_pixels={max_pixels}; raise max_pixels to accept it")
+    if width == 0 or height == 0:
+        raise ImageError(f"{fmt} of {width}x{height} pixels is empty")
+
+
 def _header(data: bytes, max_pixels: int) -> tuple[Image.Image, str]:
+    """Pillow's view of the header: the format of anything it knows, its size and frames."""
     try:
         im = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
@@ -78,22 +121,20 @@ def _header(data: bytes, max_pixels: int) -> tuple[Image.Image, str]:
     except Exception as exc:  # a recognized format whose header is broken
         raise ImageError(f"unreadable image header: {type(exc).__name__}: {exc}") from None
     fmt = im.format or "unknown"
-    width, height = im.size
-    if width * height > max_pixels:
-        raise ImageError(f"{fmt} of {width}x{height} pixels exceeds max_pixels={max_pixels}; raise max_pixels to accept it")
-    if width == 0 or height == 0:
-        raise ImageError(f"{fmt} of {width}x{height} pixels is empty")
+    _check_size(fmt, *im.size, max_pixels)
     return im, fmt
 
 
-def _torchvision(data: bytes, channels: int) -> torch.Tensor:
+def _torchvision(data: bytes, channels: int) -> tuple[torch.Tensor, int]:
+    """``(pixels, frames)``; raises RuntimeError when torchvision cannot decode ``data``."""
     mode = ImageReadMode.RGB if channels == 3 else ImageReadMode.GRAY
     out = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=mode, apply_exif_orientation=True)
-    if out.ndim == 4:  # animated GIF: (frames, C, H, W)
-        out = out[0]
+    frames = 1
+    if out.ndim == 4:  # an animated image Pillow did not see as one: (frames, C, H, W)
+        frames, out = out.shape[0], out[0]
     if out.dtype != torch.uint8:  # 16-bit PNG
         out = F.to_dtype(out, torch.uint8, scale=True)
-    return _channels(out, channels)
+    return _channels(out, channels), frames
 
 
 def _channels(img: torch.Tensor, channels: int) -> torch.Tensor:
@@ -142,17 +183,32 @@ def decode(data: bytes, channels: int = 3, max_pixels: int = 100_000_000) -> Dec
     """
     if not data:
         raise ImageError("empty file (0 bytes)")
+    fmt = _magic(data)
+    size = _quick_size(fmt, data)
+    tv_error = None
+    if size is not None:  # JPEG or PNG with a readable header: no need for Pillow's parser
+        _check_size(fmt, *size, max_pixels)
+        try:
+            pixels, frames = _torchvision(data, channels)
+            return Decoded(pixels, fmt, frames, False)
+        except RuntimeError as exc:
+            tv_error = _short(exc)
     im, fmt = _header(data, max_pixels)
     frames = int(getattr(im, "n_frames", 1) or 1)
-    tv_error = None
-    if fmt in TORCHVISION_FORMATS and not (fmt == "WEBP" and frames > 1):
+    if tv_error is None and fmt in TORCHVISION_FORMATS and frames == 1:  # animated: Pillow decodes frame 0 only
         try:
-            return Decoded(_torchvision(data, channels), fmt, frames, False)
+            pixels, frames = _torchvision(data, channels)
+            return Decoded(pixels, fmt, frames, False)
         except RuntimeError as exc:
-            tv_error = str(exc).strip().splitlines()[-1].split(", ")[-1]
+            tv_error = _short(exc)
     try:
         pixels = _pil(im, channels)
     except Exception as exc:
         why = tv_error or f"{type(exc).__name__}: {exc}"
         raise ImageError(f"corrupt or truncated {fmt}: {why}") from None
     return Decoded(pixels, fmt, frames, True)
+
+
+def _short(exc: RuntimeError) -> str:
+    """torchvision's message without its C++ source location."""
+    return str(exc).strip().splitlines()[-1].split(", ")[-1]

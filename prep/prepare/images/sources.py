@@ -24,7 +24,8 @@ from prep.errors import PrepError
 from prep.prepare.images import shards, tables
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.labels import LabelMap
-from prep.prepare.images.samples import Sample
+from prep.prepare.ids import key_hash
+from prep.prepare.images.samples import FILE_KEY, Sample
 from prep.prepare.images.shards import TarChunk
 from prep.prepare.images.tables import ParquetChunk
 from prep.prepare.rejects import Reject
@@ -236,7 +237,7 @@ def _read_files(chunk: FilesChunk, s3: storage.S3Options | None) -> Iterator[Sam
         if it.problem is not None:
             yield Reject(it.uri, it.position, it.problem)
         elif isinstance(got, (bytes, bytearray)):
-            yield Sample(bytes(got), it.uri, it.key, 0, it.label, it.uri, it.position)
+            yield Sample(bytes(got), it.uri, FILE_KEY, key_hash(it.key), it.label, it.uri, it.position)
         elif isinstance(got, FileNotFoundError):
             yield Reject(it.uri, it.position, "file not found")
         elif isinstance(got, IsADirectoryError):

@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 from prep import storage
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
-from prep.prepare.images.samples import Sample
+from prep.prepare.ids import key_hash
+from prep.prepare.images.samples import ROW_KEY, Sample
 from prep.prepare.rejects import Reject
 
 __all__ = [
@@ -197,6 +198,6 @@ def read_parquet(chunk: ParquetChunk, cfg: ImagesConfig, s3: storage.S3Options |
             yield Reject(chunk.uri, f"row {row}", f"column '{cfg.image_column}' is null")
             continue
         if keys is not None:
-            yield Sample(data, f"{chunk.uri}#{keys[i]}", str(keys[i]), 0, label, chunk.uri, f"row {row}")
+            yield Sample(data, f"{chunk.uri}#{keys[i]}", ROW_KEY, key_hash(str(keys[i])), label, chunk.uri, f"row {row}")
         else:
             yield Sample(data, f"{chunk.uri}#row={row}", chunk.key, row, label, chunk.uri, f"row {row}")
