@@ -7,15 +7,18 @@ On one Ray (``--num-cpus``, default 2) and one table of tokenized GSM8K rows
 (the real tokenizer; the 7,473 rows repeated with fresh ids up to ``--rows``):
 
 - ``copy``: the ceiling: Ray tasks (one per split) each scan a contiguous range
-  of the table and write it as a Lance dataset; no shuffle, no checksum.
-- ``random``: ``materialize_shuffle(strategy="random", clump=1)`` (full shuffle).
-- ``clump64``: the same with ``clump=64``.
+  of the table and write it as a Lance dataset (default format); no shuffle, no checksum.
+- ``copy-2.0``: the same copy written as Lance 2.0, the format of the materialized splits.
+- ``random-e1`` / ``random``: ``materialize_shuffle(strategy="random", clump=1)`` (full
+  shuffle) for 1 epoch / ``--epochs`` epochs (the gather map pass serves all epochs of a run).
+- ``clump64-e1`` / ``clump64``: the same with ``clump=64``.
 - ``random-take``: clump 1 forced through the ``take`` path (no gather pass), to
   show why the gather pass exists.
 
 For each: seconds, rows/s, tokens/s, MB/s (Arrow value bytes), the ratio to
-the copy, and peak RSS (largest single Ray worker, and all Ray processes
-together, sampled every 0.1 s). Then, in a fresh process: planning an epoch of
+the copy (by wall time, and by CPU seconds of all Ray processes, which is
+steadier on a shared machine), and peak memory (USS, private memory, of the
+largest Ray worker; and RSS of all Ray processes together, sampled every 0.1 s). Then, in a fresh process: planning an epoch of
 ``--plan-rows`` rows (default 10^10) into 48 splits: enumerate the first
 ``--plan-sample`` positions of a few splits, locate single rows, and print
 that process's peak RSS.
@@ -62,8 +65,9 @@ class RssSampler:
             total = 0
             for p in me.children(recursive=True):
                 try:
-                    rss = p.memory_info().rss
                     name = " ".join(p.cmdline()[:1])
+                    # USS: private memory; RSS would count the object store pages a worker maps
+                    rss = p.memory_full_info().uss if "ray::" in name else p.memory_info().rss
                 except psutil.Error:
                     continue
                 total += rss
@@ -202,14 +206,14 @@ def main() -> None:
             r = {"seconds": dt, "cpu_seconds": rss.cpu, "epochs": epochs, "rows_per_s": rows * epochs / dt,
                  "tokens_per_s": tokens * epochs / dt, "mb_per_s": value_bytes * epochs / dt / 1e6,
                  "rows_per_cpu_s": rows * epochs / rss.cpu,
-                 "peak_worker_rss_mb": rss.peak_worker / 1e6, "peak_ray_rss_mb": rss.peak_total / 1e6}
+                 "peak_worker_uss_mb": rss.peak_worker / 1e6, "peak_ray_rss_mb": rss.peak_total / 1e6}
             results[mode] = r
             base = results.get("copy")
             r["ratio_to_copy"] = r["rows_per_s"] / base["rows_per_s"] if base else float("nan")
             r["cpu_ratio_to_copy"] = r["rows_per_cpu_s"] / base["rows_per_cpu_s"] if base else float("nan")
             print(f"{mode:13s} {epochs} ep {dt:6.1f}s {r['rows_per_s']:>9,.0f} rows/s {r['tokens_per_s'] / 1e6:5.1f} M tok/s "
                   f"{r['mb_per_s']:6.1f} MB/s  x{r['ratio_to_copy']:4.2f} of copy (by CPU time x{r['cpu_ratio_to_copy']:4.2f})  "
-                  f"peak RSS: worker {r['peak_worker_rss_mb']:,.0f} MB, all Ray {r['peak_ray_rss_mb']:,.0f} MB", flush=True)
+                  f"peak worker USS {r['peak_worker_uss_mb']:,.0f} MB, all Ray RSS {r['peak_ray_rss_mb']:,.0f} MB", flush=True)
             shutil.rmtree(out, ignore_errors=True)
     finally:
         ray.shutdown()

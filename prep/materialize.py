@@ -25,6 +25,7 @@ works, measurements and trade-offs: docs/materialize.md. In short:
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import time
@@ -200,7 +201,8 @@ def _write_selection(job: Job, source: Any, uri: str) -> int:
         reader = scanner.to_reader()
     except (ValueError, OSError) as exc:
         raise PrepError(f"--filter {filt!r} is not a valid filter for {job.source}: {str(exc).splitlines()[0][:300]}") from None
-    schema = pa.schema([("row_address", pa.uint64())])
+    meta = {lance_io.METADATA_KEY: json.dumps({"fingerprint": job.fingerprint})}
+    schema = pa.schema([("row_address", pa.uint64())], metadata=meta)
     count = 0
 
     def batches() -> Iterator[pa.RecordBatch]:
@@ -212,9 +214,11 @@ def _write_selection(job: Job, source: Any, uri: str) -> int:
         except (ValueError, OSError) as exc:
             raise PrepError(f"--filter {filt!r} failed on {job.source}: {str(exc).splitlines()[0][:300]}") from None
 
+    import lance
+
     lance_io.remove_table(uri, job.s3)
-    frags = lance_io.write_fragments(pa.RecordBatchReader.from_batches(schema, batches()), uri, storage_options=job.lance_options(uri))
-    lance_io.commit_table(uri, schema, frags, metadata={"fingerprint": job.fingerprint}, storage_options=job.lance_options(uri))
+    lance.write_dataset(pa.RecordBatchReader.from_batches(schema, batches()), uri, schema=schema, mode="create",
+                        storage_options=job.lance_options(uri))
     return count
 
 
