@@ -9,9 +9,11 @@ original exception chained.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import traceback
+import weakref
 from typing import Any, Callable, Protocol
 
 from prep.errors import PrepError
@@ -30,6 +32,17 @@ class Stage(Protocol):
     def next(self) -> Any: ...
     def get_state(self) -> dict[str, Any]: ...
     def shutdown(self) -> None: ...
+
+
+_RUNNING: "weakref.WeakSet[Prefetcher]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running() -> None:
+    """Stops reader threads before the interpreter tears down: a thread still inside a Lance
+    read at exit aborts the process (seen with an iterator abandoned mid-epoch)."""
+    for prefetcher in list(_RUNNING):
+        prefetcher.shutdown()
 
 
 class _Done:
@@ -77,7 +90,8 @@ class Prefetcher:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
-        got = self._queue.get()
+            _RUNNING.add(self)
+        got = self._get()
         if isinstance(got, _Failed):
             self._finished = True
             exc = got.exc
@@ -108,7 +122,17 @@ class Prefetcher:
                     pass
             self._thread.join()
             self._thread = None
+            _RUNNING.discard(self)
         self._source.shutdown()
+
+    def _get(self) -> Any:
+        while True:
+            try:
+                return self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if self._stop.is_set() or not self._thread.is_alive():  # type: ignore[union-attr]
+                    if self._queue.empty():
+                        raise ReaderError(f"{self._name} thread stopped (the reader was shut down)") from None
 
     def _put(self, got: Any) -> bool:
         while not self._stop.is_set():
