@@ -44,9 +44,9 @@ def make_corpus(workdir: Path, repeat: int) -> Path:
 
 def stage_ceiling(corpus: Path) -> dict:
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    from prep.prepare.tokenizer import load_tokenizer
+    from prep.prepare.tokenizer import resolve_tokenizer
 
-    tok = load_tokenizer(str(TOKENIZER)).backend_tokenizer
+    tok = resolve_tokenizer(str(TOKENIZER)).backend()
     texts = []
     with open(corpus) as f:
         for line in f:

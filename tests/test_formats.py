@@ -2,28 +2,28 @@ import numpy as np
 import pytest
 
 from prep.prepare.formats import RowError, Segments, SFTFormatter, TextFormatter
-from prep.prepare.tokenizer import load_tokenizer
+from prep.prepare.tokenizer import resolve_tokenizer
 from prep.prepare.tokens import encode_segments
 
 
 @pytest.fixture(scope="module")
 def tok(tokenizer_dir):
-    return load_tokenizer(tokenizer_dir)
+    return resolve_tokenizer(tokenizer_dir)
 
 
 def encode(tok, formatter, rows, eos=None):
     segs = Segments()
     for r in rows:
         segs.add_row(formatter(r))
-    return encode_segments(tok, segs, eos_id=eos)
+    return encode_segments(tok.backend(), segs, eos_id=eos)
 
 
 def test_qa_loss_mask_covers_exactly_the_answer_and_eos(tok):
     rows = encode(tok, SFTFormatter(tok), [{"question": "What is 2+2?", "answer": "It is 4.\n#### 4"}])
     ids, mask = rows.ids, rows.mask.astype(bool)
-    assert tok.decode(ids[~mask]) == "<s>[INST] What is 2+2? [/INST]"
-    assert tok.decode(ids[mask]).strip() == "It is 4.\n#### 4</s>"
-    assert mask[-1] and ids[-1] == tok.eos_token_id
+    assert tok.backend().decode(ids[~mask].tolist(), skip_special_tokens=False) == "<s>[INST] What is 2+2? [/INST]"
+    assert tok.backend().decode(ids[mask].tolist(), skip_special_tokens=False).strip() == "It is 4.\n#### 4</s>"
+    assert mask[-1] and ids[-1] == tok.eos_id
     assert not mask[: int(np.argmax(mask))].any() and mask[int(np.argmax(mask)):].all()
 
 
@@ -69,9 +69,9 @@ def test_bad_sft_rows_raise_row_errors_with_reasons(tok, row, reason):
 
 
 def test_pretraining_rows_get_eos_and_full_mask(tok):
-    rows = encode(tok, TextFormatter(), ["To be, or not to be", {"text": "that is the question"}], eos=tok.eos_token_id)
+    rows = encode(tok, TextFormatter(), ["To be, or not to be", {"text": "that is the question"}], eos=tok.eos_id)
     assert rows.num_rows == 2
-    assert (rows.ids[rows.offsets[1:] - 1] == tok.eos_token_id).all()
+    assert (rows.ids[rows.offsets[1:] - 1] == tok.eos_id).all()
     assert rows.mask.all()
     with pytest.raises(RowError, match="empty text"):
         TextFormatter()("   ")
@@ -83,3 +83,17 @@ def test_single_turn_fast_path_matches_the_jinja_render(tok):
     for q, a in [("What is 2+2?", "4"), ("  spaced  ", "multi\nline\n"), ("{{ not a template }}", "{% raw %}")]:
         row = [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
         assert f({"messages": row}) == [s for s in f._chat_segments(row)]
+
+
+def test_workers_tokenizer_and_template_match_transformers(tok, tokenizer_dir):
+    from prep.prepare.chat_template import compile_chat_template
+    from prep.prepare.tokenizer import load_tokenizer
+
+    hf = load_tokenizer(tokenizer_dir)
+    msgs = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "and {{ you }}?"}]
+    for gen in (False, True):
+        ours = compile_chat_template(tok.chat_template).render(messages=msgs, add_generation_prompt=gen, **tok.special_tokens)
+        assert ours == hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+    text = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72</s>"
+    assert tok.backend().encode(text, add_special_tokens=False).ids == hf(text, add_special_tokens=False)["input_ids"]

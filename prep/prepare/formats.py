@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from prep.errors import PrepError
+from prep.prepare.chat_template import compile_chat_template
+from prep.prepare.tokenizer import ResolvedTokenizer
 
 __all__ = ["Segments", "RowError", "SFTFormatter", "TextFormatter"]
 
@@ -92,7 +94,7 @@ class SFTFormatter:
     not, the row is rejected with that reason (use format strings instead).
 
     Args:
-        tokenizer: a HuggingFace tokenizer (for its chat template and special tokens).
+        tokenizer: the resolved tokenizer (for its chat template and special tokens).
         schema: which row layout to expect; ``auto`` tells per row.
         messages_column: the column holding a messages list.
         prompt_template, response_template: format strings over the row's fields
@@ -102,7 +104,7 @@ class SFTFormatter:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: ResolvedTokenizer,
         *,
         schema: SFTSchema = "auto",
         messages_column: str = "messages",
@@ -111,14 +113,13 @@ class SFTFormatter:
     ) -> None:
         self._schema, self._messages_column = schema, messages_column
         self._prompt_template, self._response_template = prompt_template, response_template
-        self._eos = tokenizer.eos_token or ""
+        self._eos = tokenizer.special_tokens.get("eos_token", "")
+        self._frame = None
         if prompt_template is None:
-            if not getattr(tokenizer, "chat_template", None):
+            if not tokenizer.chat_template:
                 raise PrepError("the tokenizer has no chat template; set sft.prompt_template and sft.response_template in the config")
-            from transformers.utils.chat_template_utils import _compile_jinja_template
-
-            template = _compile_jinja_template(tokenizer.chat_template)
-            specials = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
+            template = compile_chat_template(tokenizer.chat_template)
+            specials = tokenizer.special_tokens
             self._render: Callable[..., str] = lambda msgs, gen: template.render(messages=msgs, add_generation_prompt=gen, **specials)
             self._frame = self._single_turn_frame()
 

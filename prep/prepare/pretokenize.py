@@ -26,7 +26,7 @@ from prep.prepare.ids import stable_ids
 from prep.prepare.job import ChunkOutput, commit_outputs, run_chunks
 from prep.prepare.rejects import Reject
 from prep.prepare.sources import Chunk, InputFormat, TextUnit, list_sources, plan_chunks, read_chunk
-from prep.prepare.tokenizer import load_tokenizer, tokenizer_identity
+from prep.prepare.tokenizer import ResolvedTokenizer, resolve_tokenizer
 from prep.prepare.tokens import OverlongPolicy, encode_segments, limit_length, pack
 
 __all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "run_pretokenize", "table_schema", "format_summary"]
@@ -118,11 +118,11 @@ class TextChunkWorker:
     """Reads, formats, tokenizes (and packs) one chunk. Runs inside Ray tasks."""
 
     cfg: PretokenizeConfig
+    tokenizer: ResolvedTokenizer
     s3: storage.S3Options  # resolved by the driver: cluster workers do not share its environment
 
     def __call__(self, chunk: Chunk) -> ChunkOutput:
-        cfg = self.cfg
-        tok = load_tokenizer(cfg.tokenizer)
+        cfg, tok = self.cfg, self.tokenizer
         records = read_chunk(chunk, self.s3, cfg.text_unit)
         counts: Counter = Counter()
         rejects = list(records.rejects)
@@ -143,7 +143,7 @@ class TextChunkWorker:
             except RowError as exc:
                 rejects.append(Reject(chunk.source.uri, records.position_label(i), str(exc), _raw(row)))
         kept_idx = np.asarray(kept, np.int64)
-        rows = encode_segments(tok, segments, eos_id=tok.eos_token_id if cfg.format == "pretrain" else None)
+        rows = encode_segments(tok.backend(), segments, eos_id=tok.eos_id if cfg.format == "pretrain" else None)
 
         source_row, piece = np.arange(rows.num_rows), np.zeros(rows.num_rows, np.int64)
         if cfg.max_length is not None:
@@ -165,7 +165,7 @@ class TextChunkWorker:
         counts["tokens_trained"] = int(rows.mask.sum())
         positions = records.positions[kept_idx[source_row]] if len(source_row) else np.zeros(0, np.int64)
         if cfg.pack:
-            packed = pack(rows, cfg.pack.seq_len, tokenizer_identity(cfg.tokenizer)["pad_id"])
+            packed = pack(rows, cfg.pack.seq_len, tok.pad_id if tok.pad_id is not None else 0)
             counts["pad_tokens"] = packed.pad_tokens
             n, width = packed.input_ids.shape if packed.input_ids.size else (0, cfg.pack.seq_len)
             table = pa.table(
@@ -227,9 +227,9 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
     if lance_io.table_exists(cfg.output, opts) and not cfg.overwrite:
         raise PrepError(f"{cfg.output} already holds a table; pass --overwrite (or overwrite: true) to replace it")
     sources = list_sources(cfg.inputs, cfg.input_format, s3)
-    identity = tokenizer_identity(cfg.tokenizer)  # loads it here: a bad tokenizer fails before Ray starts
+    tokenizer = resolve_tokenizer(cfg.tokenizer)  # here: a bad tokenizer fails before Ray starts
     if cfg.format == "sft" and cfg.sft.prompt_template is None:
-        SFTFormatter(load_tokenizer(cfg.tokenizer))
+        SFTFormatter(tokenizer)  # fails now if there is no chat template
     chunks = plan_chunks(sources, cfg.chunk_bytes, cfg.text_unit, s3)
     for uri, o in ((cfg.output, opts), (cfg.rejects_uri, rejects_opts)):
         if not lance_io.table_exists(uri, o):
@@ -240,7 +240,7 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
     t_ray = time.perf_counter()
     init_ray(cfg.ray.address, num_cpus=cfg.ray.num_cpus)
     t_run = time.perf_counter()
-    results = run_chunks(chunks, TextChunkWorker(cfg, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
+    results = run_chunks(chunks, TextChunkWorker(cfg, tokenizer, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
     counts: Counter = Counter(dict.fromkeys(("rows_read", "rows_written", "rows_rejected", "tokens"), 0))
     for r in results:
         counts.update(r.counts)  # update(), unlike +, keeps zero counts: the metadata lists them all
@@ -252,7 +252,7 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
         "kind": cfg.kind,
         "config": cfg.model_dump(mode="json", exclude={"s3"}),
         "config_hash": config_hash(cfg),
-        "tokenizer": identity,
+        "tokenizer": tokenizer.identity(),
         "seq_len": cfg.pack.seq_len if cfg.pack else None,
         "sources": [s.describe() for s in sources],
         "counts": dict(sorted(counts.items())),

@@ -14,12 +14,13 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prep.errors import PrepError
 
-__all__ = ["BUILTIN_MISTRAL_V3", "load_tokenizer", "tokenizer_identity"]
+__all__ = ["BUILTIN_MISTRAL_V3", "ResolvedTokenizer", "load_tokenizer", "resolve_tokenizer"]
 
 BUILTIN_MISTRAL_V3 = "builtin:mistral-v3"
 _MISTRAL_CHAT_TEMPLATE = (
@@ -90,17 +91,64 @@ def load_tokenizer(spec: str) -> Any:
     return tok
 
 
-def tokenizer_identity(spec: str) -> dict[str, Any]:
-    """Name, content hash and the special ids a reader needs (pad falls back to eos)."""
+@dataclass(frozen=True)
+class ResolvedTokenizer:
+    """A tokenizer resolved once by the driver, in the form workers need.
+
+    Workers rebuild the Rust tokenizer from ``backend_json`` (``tokenizers`` only):
+    they never import transformers, never reach a hub, and provably use the exact
+    tokenizer the table metadata names (``hash`` covers vocabulary, rules and chat template).
+    """
+
+    name: str
+    backend_json: str
+    chat_template: str | None
+    special_tokens: dict[str, str]
+    bos_id: int | None
+    eos_id: int | None
+    pad_id: int | None
+    vocab_size: int
+    hash: str
+
+    def backend(self) -> Any:
+        """The ``tokenizers.Tokenizer`` (built once per process)."""
+        if self.hash not in _BACKENDS:
+            import tokenizers
+
+            _BACKENDS[self.hash] = tokenizers.Tokenizer.from_str(self.backend_json)
+        return _BACKENDS[self.hash]
+
+    def identity(self) -> dict[str, Any]:
+        """What the table metadata records about the tokenizer."""
+        return {
+            "name": self.name, "hash": self.hash, "vocab_size": self.vocab_size,
+            "bos_id": self.bos_id, "eos_id": self.eos_id, "pad_id": self.pad_id,
+        }
+
+
+_BACKENDS: dict[str, Any] = {}
+
+
+@functools.lru_cache(maxsize=4)
+def resolve_tokenizer(spec: str) -> ResolvedTokenizer:
+    """Loads ``spec`` with transformers (in the driver) and captures what workers need.
+
+    The pad id falls back to the EOS id when the tokenizer has no pad token.
+    """
     tok = load_tokenizer(spec)
-    h = hashlib.sha256(tok.backend_tokenizer.to_str().encode())
-    h.update((getattr(tok, "chat_template", None) or "").encode())
+    backend_json = tok.backend_tokenizer.to_str()
+    template = getattr(tok, "chat_template", None) or None
+    h = hashlib.sha256(backend_json.encode())
+    h.update((template or "").encode())
     eos = tok.eos_token_id
-    return {
-        "name": spec,
-        "hash": h.hexdigest(),
-        "vocab_size": len(tok),
-        "bos_id": tok.bos_token_id,
-        "eos_id": eos,
-        "pad_id": tok.pad_token_id if tok.pad_token_id is not None else eos,
-    }
+    return ResolvedTokenizer(
+        name=spec,
+        backend_json=backend_json,
+        chat_template=template,
+        special_tokens={k: v for k, v in tok.special_tokens_map.items() if isinstance(v, str)},
+        bos_id=tok.bos_token_id,
+        eos_id=eos,
+        pad_id=tok.pad_token_id if tok.pad_token_id is not None else eos,
+        vocab_size=len(tok),
+        hash=h.hexdigest(),
+    )

@@ -58,11 +58,11 @@ def encode_segments(tokenizer: Any, segments: Segments, eos_id: int | None = Non
     """Tokenizes all segments in one batch call and concatenates them per row.
 
     Args:
-        tokenizer: a HuggingFace fast tokenizer (its Rust backend is called directly).
+        tokenizer: a ``tokenizers.Tokenizer`` (e.g. ``ResolvedTokenizer.backend()``).
         segments: rows as flat segments.
         eos_id: if given, appended to every row (pretraining documents).
     """
-    encodings = tokenizer.backend_tokenizer.encode_batch_fast(segments.texts, add_special_tokens=False)
+    encodings = tokenizer.encode_batch_fast(segments.texts, add_special_tokens=False)
     seg_ids = [e.ids for e in encodings]
     seg_len = np.fromiter(map(len, seg_ids), np.int64, count=len(seg_ids))
     ids = np.fromiter(itertools.chain.from_iterable(seg_ids), np.int32, count=int(seg_len.sum()))
