@@ -233,7 +233,7 @@ def _preimport(case: str) -> None:
     import torch  # noqa: F401
     from torch.utils.data import DataLoader  # noqa: F401
 
-    modules = {"a": ["prep.reader"], "a1": ["prep.reader"], "a2": ["prep.reader"], "b": ["datasets"],
+    modules = {"a": ["prep.reader", "lance"], "a1": ["prep.reader", "lance"], "a2": ["prep.reader", "lance"], "b": ["datasets"],
                "c": ["lance.torch.data", "lance.sampler"], "d": ["lancedb", "lancedb.streaming"], "e": []}[case]
     for name in modules:
         __import__(name)
@@ -276,6 +276,8 @@ def run_case(case: str, work: str, variant: str, seq_len: int, max_seconds: floa
 
 def run_seek(work: str, variant: str) -> dict:
     """Open + load_state_dict at 0%, 50%, 95% of the epoch + first batch."""
+    import lance  # noqa: F401  (imported before the clock, as in the cases)
+
     from prep.reader import ReaderDataset
 
     out = os.path.join(work, f"{variant}-out")
