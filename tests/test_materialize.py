@@ -281,6 +281,7 @@ def test_verify_notices_a_tampered_split(synthetic, tmp_path):
 # ---------------------------------------------------------------- entry points
 
 
+@pytest.mark.slow
 def test_pipeline_script_runs_like_the_cli(synthetic, tmp_path, ray_local):
     out = tmp_path / "out"
     proc = subprocess.run(
