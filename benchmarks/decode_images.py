@@ -60,8 +60,12 @@ def ceiling_pass(files: list[Path], size: int) -> float:
     return len(files) / (time.perf_counter() - t0)
 
 
-def measure(root: Path, files: list[Path], work: Path, args: argparse.Namespace) -> tuple[list[float], list[dict], float]:
-    """Alternates ceiling passes and job runs (so both see the same load); returns both and Ray's start time."""
+def measure(root: Path, files: list[Path], work: Path, args: argparse.Namespace) -> tuple[list[float], list[dict], float, float]:
+    """Alternates ceiling passes and job runs (so both see the same load).
+
+    Returns the ceiling rates, the job summaries, Ray's start time and the time of a
+    one-chunk job of a few images (the job's fixed cost: Ray Data start-up, commit).
+    """
     from prep.config import load_config
     from prep.prepare.images.config import ImagesConfig
     from prep.prepare.images.job import run_decode_images
@@ -76,12 +80,13 @@ def measure(root: Path, files: list[Path], work: Path, args: argparse.Namespace)
         shutil.copyfile(p, warm / p.parent.name / p.name)
     run_decode_images(load_config(ImagesConfig, None, input=str(warm), output=str(work / "warm.lance"), images_per_chunk=2, size=args.size))
     ceiling_pass(files[:8], args.size)  # warm the codecs
+    tiny = run_decode_images(load_config(ImagesConfig, None, input=str(warm), output=str(work / "tiny.lance"), images_per_chunk=4 * args.cpus, size=args.size))
     ceils, runs = [], []
     for k in range(args.repeat):
         ceils.append(ceiling_pass(files, args.size))
         cfg = load_config(ImagesConfig, None, input=str(root), output=str(work / f"bench-{k}.lance"), size=args.size, images_per_chunk=args.images_per_chunk, source="imagefolder")
         runs.append(run_decode_images(cfg))
-    return ceils, runs, ray_start
+    return ceils, runs, ray_start, tiny["seconds"]["job"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="prep-bench-images-") as tmp:
         work = Path(tmp)
         files = replicate(args.input, work / "tree", args.copies)
-        ceils, runs, ray_start = measure(work / "tree", files, work, args)
+        ceils, runs, ray_start, fixed = measure(work / "tree", files, work, args)
     rates = [r["rows_read"] / r["seconds"]["job"] for r in runs]
     ratios = [r / c for r, c in zip(rates, ceils)]
     ceil, rate, ratio = statistics.median(ceils), statistics.median(rates), statistics.median(ratios)
@@ -119,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         "bytes_per_image": job["bytes_per_image"],
         "pixel_bytes_per_image": args.size * args.size * 3,
         "ray_start_s": round(ray_start, 2),
+        "fixed_per_job_s": round(fixed, 2),
+        "ratio_without_fixed": round(statistics.median(
+            [len(files) / max(r["seconds"]["job"] - fixed, 1e-9) / c for r, c in zip(runs, ceils)]), 2),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
     if args.json:
@@ -130,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  job (Ray Data -> Lance, warm workers):        {r['job_images_per_s']:,} images/s (median of {r['job_runs']})")
         print(f"  ratio job/ceiling: {r['ratio']}  (median of paired runs {r['ratio_runs']}; per Ray CPU: {r['per_core']})")
         print(f"  bytes written per image: {r['bytes_per_image']:,} (pixels alone {r['pixel_bytes_per_image']:,})")
-        print(f"  Ray start-up, excluded: {r['ray_start_s']}s")
+        print(f"  Ray start-up, excluded: {r['ray_start_s']}s; fixed cost per job (a one-chunk job): {r['fixed_per_job_s']}s")
+        print(f"  ratio without that fixed cost (a large job's steady state): {r['ratio_without_fixed']}")
     return 0
 
 
