@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
