@@ -12,7 +12,10 @@ first imports (torch, lance) are excluded: the job is timed after a warm-up run 
 the same Ray. ``ratio`` is job / ceiling; ``per_core`` divides by the job's CPUs, so
 1.0 there means no overhead at all. Each side runs ``--repeat`` times, ceiling
 passes alternating with job runs so both see the same load; the median of the paired
-ratios is reported. The machine's CPUs may be shared, so the load average is printed.
+ratios is reported. The machine's CPUs may be shared, so the load average is printed,
+and so is the CPU time each side spent per image (this process and all its Ray
+processes), which other users of the machine do not change: ``cpu_ratio`` is the
+ceiling's CPU per image over the job's.
 """
 
 from __future__ import annotations
@@ -60,11 +63,29 @@ def ceiling_pass(files: list[Path], size: int) -> float:
     return len(files) / (time.perf_counter() - t0)
 
 
-def measure(root: Path, files: list[Path], work: Path, args: argparse.Namespace) -> tuple[list[float], list[dict], float, float]:
+def ray_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and all its descendants: the driver,
+    the local Ray's GCS and raylet, and its workers. Unlike wall time, this does not
+    depend on what else the machine is running."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def measure(root: Path, files: list[Path], work: Path, args: argparse.Namespace) -> tuple[list[float], list[dict], float, float, tuple]:
     """Alternates ceiling passes and job runs (so both see the same load).
 
-    Returns the ceiling rates, the job summaries, Ray's start time and the time of a
-    one-chunk job of a few images (the job's fixed cost: Ray Data start-up, commit).
+    Returns the ceiling rates, the job summaries, Ray's start time, the time of a
+    one-chunk job of a few images (the job's fixed cost: Ray Data start-up, commit),
+    and the CPU seconds each side used per run.
     """
     from prep.config import load_config
     from prep.prepare.images.config import ImagesConfig
@@ -81,12 +102,16 @@ def measure(root: Path, files: list[Path], work: Path, args: argparse.Namespace)
     run_decode_images(load_config(ImagesConfig, None, input=str(warm), output=str(work / "warm.lance"), images_per_chunk=2, size=args.size))
     ceiling_pass(files[:8], args.size)  # warm the codecs
     tiny = run_decode_images(load_config(ImagesConfig, None, input=str(warm), output=str(work / "tiny.lance"), images_per_chunk=4 * args.cpus, size=args.size))
-    ceils, runs = [], []
+    ceils, runs, cpu_ceiling, cpu_job = [], [], [], []
     for k in range(args.repeat):
+        cpu0 = time.process_time()
         ceils.append(ceiling_pass(files, args.size))
+        cpu_ceiling.append(time.process_time() - cpu0)
+        cpu0 = ray_cpu_seconds()
         cfg = load_config(ImagesConfig, None, input=str(root), output=str(work / f"bench-{k}.lance"), size=args.size, images_per_chunk=args.images_per_chunk, source="imagefolder")
         runs.append(run_decode_images(cfg))
-    return ceils, runs, ray_start, tiny["seconds"]["job"]
+        cpu_job.append(ray_cpu_seconds() - cpu0)
+    return ceils, runs, ray_start, tiny["seconds"]["job"], (cpu_ceiling, cpu_job)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="prep-bench-images-") as tmp:
         work = Path(tmp)
         files = replicate(args.input, work / "tree", args.copies)
-        ceils, runs, ray_start, fixed = measure(work / "tree", files, work, args)
+        ceils, runs, ray_start, fixed, (cpu_ceiling, cpu_job) = measure(work / "tree", files, work, args)
     rates = [r["rows_read"] / r["seconds"]["job"] for r in runs]
     ratios = [r / c for r, c in zip(rates, ceils)]
     ceil, rate, ratio = statistics.median(ceils), statistics.median(rates), statistics.median(ratios)
@@ -121,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": round(ratio, 2),
         "ratio_runs": [round(x, 2) for x in ratios],
         "per_core": round(ratio / args.cpus, 2),
+        "cpu_ms_per_image_ceiling": round(1e3 * statistics.median(cpu_ceiling) / len(files), 2),
+        "cpu_ms_per_image_job": round(1e3 * statistics.median(cpu_job) / len(files), 2),
+        "cpu_ratio": round(statistics.median(cpu_ceiling) / statistics.median(cpu_job), 2),
         "bytes_per_image": job["bytes_per_image"],
         "pixel_bytes_per_image": args.size * args.size * 3,
         "ray_start_s": round(ray_start, 2),
@@ -137,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ceiling (decode+resize, 1 process, 1 thread): {r['ceiling_images_per_s']:,} images/s (median of {r['ceiling_runs']})")
         print(f"  job (Ray Data -> Lance, warm workers):        {r['job_images_per_s']:,} images/s (median of {r['job_runs']})")
         print(f"  ratio job/ceiling: {r['ratio']}  (median of paired runs {r['ratio_runs']}; per Ray CPU: {r['per_core']})")
+        print(f"  CPU per image (all Ray processes for the job): ceiling {r['cpu_ms_per_image_ceiling']} ms, job {r['cpu_ms_per_image_job']} ms"
+              f" -> CPU ratio {r['cpu_ratio']} (load-independent)")
         print(f"  bytes written per image: {r['bytes_per_image']:,} (pixels alone {r['pixel_bytes_per_image']:,})")
         print(f"  Ray start-up, excluded: {r['ray_start_s']}s; fixed cost per job (a one-chunk job): {r['fixed_per_job_s']}s")
         print(f"  ratio without that fixed cost (a large job's steady state): {r['ratio_without_fixed']}")
