@@ -1,8 +1,7 @@
 """The torch ``IterableDataset``: whole local batches from a materialized output.
 
-Stages, each on its own bounded queue (see the module of each)::
-
-    ChunkSource (I/O thread) -> Batcher (batch thread) -> [Transformer (thread pool)] -> consumer
+Each ``iter()`` runs a :class:`~prep.reader.pipeline.Pipeline` of stages on bounded
+queues: an I/O thread, a batch-building thread, an optional transform pool.
 
 Use it with ``DataLoader(ds, batch_size=None, num_workers=0)`` (recommended: the
 threads already overlap I/O, batching and training), or through :class:`prep.reader.Loader`.
@@ -10,24 +9,19 @@ threads already overlap I/O, batching and training), or through :class:`prep.rea
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from prep import storage
-from prep.errors import PrepError
 from prep.reader import state as st
 from prep.reader.batch import Batch
-from prep.reader.batcher import Batcher
 from prep.reader.manifest import Materialized
-from prep.reader.prefetch import Prefetcher
+from prep.reader.pipeline import Pipeline
 from prep.reader.schedule import Schedule
-from prep.reader.source import ChunkSource
 from prep.reader.spec import TEXT_KINDS, row_bytes, spec_from_metadata
 from prep.reader.stats import StatsSnapshot, status_line
-from prep.reader.transform import Transformer
 from prep.world import rank_and_world_size, rows_per_split_step, splits_for_rank
 
 __all__ = ["ReaderDataset"]
@@ -79,7 +73,7 @@ class ReaderDataset(IterableDataset):
             chosen = self.layout.epochs
         else:
             self.layout = Materialized.open(path, s3)
-            chosen = self.layout.epochs if epochs is None else _pick_epochs(epochs, self.layout.epochs, path)
+            chosen = self.layout.pick_epochs(epochs)
         self.rank, self.world_size = rank_and_world_size(rank, world_size)
         self.global_batch_size = global_batch_size
         self.splits = splits_for_rank(self.layout.num_splits, self.rank, self.world_size)
@@ -95,8 +89,8 @@ class ReaderDataset(IterableDataset):
         self._raw_chunks, self._prefetch_batches = raw_chunks, prefetch_batches
         self._position = self.schedule.position(0)
         self._pending: tuple[int, int] | None = None
-        self._live: dict[str, Any] | None = None
-        self._last = self._prev = StatsSnapshot()
+        self._pipeline: Pipeline | None = None
+        self._prev = StatsSnapshot()
 
     # --- state -------------------------------------------------------------------------------------
     @property
@@ -129,55 +123,30 @@ class ReaderDataset(IterableDataset):
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         start = self._pending or (self._position if self._position != self.schedule.end else self.schedule.position(0))
         self._pending, self._position = None, start
-        source = ChunkSource(layout=self.layout, schedule=self.schedule, splits=self.splits, columns=self.spec.columns,
-                             worker=worker, num_workers=num_workers, max_steps=self._max_steps)
-        io = Prefetcher(source, depth=self._raw_chunks, name="reader I/O", size=lambda c: c.num_rows)
-        batcher = Batcher(io, schedule=self.schedule, spec=self.spec, pin_memory=self._pin)
-        last: Any = Prefetcher(batcher, depth=self._prefetch_batches, name="reader batch", size=lambda b: b.num_rows)
-        if self._transform is not None:
-            last = Transformer(last, self._transform, num_threads=self._transform_threads)
-        first = self.schedule.index(*start)
-        live = self._live = dict(source=source, io=io, batcher=batcher, last=last, started=time.perf_counter(),
-                                 wait=0.0, first=None, rows=0, tokens=0, batches=0, worker=worker,
-                                 to_read=len(range(first + worker, self.schedule.total, num_workers)) * self.local_batch_size)
-        self._last = self._prev = StatsSnapshot()
-        last.reset({st.EPOCH_KEY: start[0], st.STEP_KEY: start[1]})
+        pipe = self._pipeline = Pipeline(
+            layout=self.layout, schedule=self.schedule, splits=self.splits, spec=self.spec, start=start, worker=worker,
+            num_workers=num_workers, max_steps=self._max_steps, raw_chunks=self._raw_chunks,
+            prefetch_batches=self._prefetch_batches, pin_memory=self._pin, transform=self._transform,
+            transform_threads=self._transform_threads)
+        self._prev = StatsSnapshot()
         try:
             while True:
-                waited = time.perf_counter()
                 try:
-                    batch = last.next()
+                    batch = pipe.next()
                 except StopIteration:
                     return
-                now = time.perf_counter()
-                live["wait"] += now - waited
-                live["first"] = live["first"] if live["first"] is not None else now - live["started"]
-                live["rows"] += batch.num_rows
-                live["tokens"] += batch.num_tokens
-                live["batches"] += 1
                 self._position = self.schedule.position(self.schedule.index(batch.epoch, batch.step) + 1)
                 batch.worker = worker
-                if num_workers > 1:
-                    batch.stats = self.stats()
+                if num_workers > 1:  # the parent process cannot see this worker's counters otherwise
+                    batch.stats = pipe.snapshot()
                 yield batch
         finally:
-            last.shutdown()
+            pipe.shutdown()
 
     # --- observability -----------------------------------------------------------------------------
     def stats(self) -> StatsSnapshot:
         """Counters of the current (or last) iteration in this process."""
-        live = self._live
-        if live is None:
-            return StatsSnapshot()
-        source, io, batcher, last = live["source"], live["io"], live["batcher"], live["last"]
-        prefetched = (last.inflight_rows + last._source.queued_rows) if isinstance(last, Transformer) else last.queued_rows
-        return StatsSnapshot(
-            wall_s=time.perf_counter() - live["started"], first_batch_s=live["first"], fetch_s=source.fetch_s,
-            collate_s=batcher.collate_s, transform_s=getattr(last, "transform_s", 0.0), wait_s=live["wait"],
-            bytes_read=source.bytes_read, rows_read=source.rows_read,
-            unscanned_rows=max(0, live["to_read"] - source.rows_read), raw_rows=io.queued_rows + batcher.pending_rows,
-            prefetched_rows=prefetched, consumed_rows=live["rows"], consumed_tokens=live["tokens"],
-            consumed_batches=live["batches"])
+        return StatsSnapshot() if self._pipeline is None else self._pipeline.snapshot()
 
     def status_line(self, consumer: str = "consumer") -> str:
         """``epoch 1/3 step 100 | 11,101 tok/s | 134.4 rows/s | 0/0/48704/3264 | consumer-bound``.
@@ -186,25 +155,10 @@ class ReaderDataset(IterableDataset):
         """
         cur = self.stats()
         prev, self._prev = self._prev, cur
-        epoch, step = self._last_consumed()
+        epoch, step = self.schedule.consumed(self._position)
         return status_line(prev, cur, epoch=epoch, num_epochs=len(self.layout.epochs), step=step,
                            tokens=self.spec.kind in TEXT_KINDS, consumer=consumer)
 
-    def _last_consumed(self) -> tuple[int, int]:
-        """(epoch, steps consumed in it) for display."""
-        index = self.schedule.index(*self._position)
-        if index == 0:
-            return self.schedule.epochs[0], 0
-        epoch, step = self.schedule.position(index - 1)
-        return epoch, step + 1
-
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_live": None}
+        return {**self.__dict__, "_pipeline": None}
 
-
-def _pick_epochs(epochs: int | Sequence[int], available: tuple[int, ...], path: str) -> tuple[int, ...]:
-    chosen = tuple(range(epochs)) if isinstance(epochs, int) else tuple(sorted(set(epochs)))
-    missing = [e for e in chosen if e not in available]
-    if missing or not chosen:
-        raise PrepError(f"epochs {missing or list(chosen)} are not in {path} (it has epochs {list(available)})")
-    return chosen

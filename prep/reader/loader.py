@@ -113,11 +113,9 @@ class Loader:
         """``epoch 1/3 step 100 | 11,101 tok/s | 134.4 rows/s | 0/0/48704/3264 | gpu-bound`` (since the last call)."""
         cur = self.stats()
         prev, self._prev = self._prev, cur
-        schedule = self.dataset.schedule
-        index = schedule.index(*self._position)
-        epoch, step = schedule.position(index - 1) if index else (schedule.epochs[0], -1)
+        epoch, step = self.dataset.schedule.consumed(self._position)
         consumer = "gpu" if self.device is not None and torch.device(self.device).type == "cuda" else "consumer"
-        return status_line(prev, cur, epoch=epoch, num_epochs=len(self.dataset.layout.epochs), step=step + 1,
+        return status_line(prev, cur, epoch=epoch, num_epochs=len(self.dataset.layout.epochs), step=step,
                            tokens=self.dataset.spec.kind in TEXT_KINDS, consumer=consumer)
 
     def _mp_context(self) -> Any:

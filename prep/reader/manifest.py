@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -134,6 +134,16 @@ class Materialized:
             source_version=source.get("version"),
             s3=s3,
         )
+
+    def pick_epochs(self, epochs: int | Sequence[int] | None) -> tuple[int, ...]:
+        """Epochs to read: all (None), the first ``n`` (int) or the listed ones, which must exist."""
+        if epochs is None:
+            return self.epochs
+        chosen = tuple(range(epochs)) if isinstance(epochs, int) else tuple(sorted(set(epochs)))
+        missing = [e for e in chosen if e not in self.epochs]
+        if missing or not chosen:
+            raise PrepError(f"epochs {missing or list(chosen)} are not in {self.uri} (it has epochs {list(self.epochs)})")
+        return chosen
 
     def open_split(self, epoch: int, split: int, columns: list[str]) -> SplitTable:
         """Opens one (epoch, split) dataset and checks its row count against the manifest.

@@ -76,6 +76,14 @@ class Schedule:
             index -= n
         return self.end
 
+    def consumed(self, position: tuple[int, int]) -> tuple[int, int]:
+        """For display: ``(epoch, steps done in it)`` when ``position`` is the next step to deliver."""
+        index = self.index(*position)
+        if index == 0:
+            return self.epochs[0], 0
+        epoch, step = self.position(index - 1)
+        return epoch, step + 1
+
     def chunks(self, start: int, worker: int, num_workers: int, max_steps: int) -> Iterator[tuple[int, np.ndarray]]:
         """This worker's steps from ``start`` on, grouped into reads of at most ``max_steps`` steps.
 
