@@ -27,8 +27,17 @@ ray start --head --num-cpus="$(nproc)" --port="$GCS_PORT" --dashboard-port="$DAS
 for _ in $(seq 60); do  # the job agent comes up a few seconds after `ray start` returns
   python -c "import socket; socket.create_connection(('127.0.0.1', $AGENT_PORT), 1)" 2>/dev/null && break; sleep 1
 done
+SUBMIT=(ray job submit --address "http://127.0.0.1:$DASH_PORT" --working-dir . --)
+quiet() { grep -v -E "^20[0-9-]+ [0-9:,]+\s+(INFO|WARNING)" || true; }
+
 echo "== ray job submit: pretokenize (builtin Mistral v3 tokenizer, SFT with loss on answers)"
-ray job submit --address "http://127.0.0.1:$DASH_PORT" --working-dir . -- \
-  python pipelines/pretokenize.py --config configs/gsm8k-sft.yaml \
-  --input "$OUT/raw/arith.jsonl" --output "$OUT/arith-sft.lance" 2>&1 | grep -v -E "^20[0-9-]+ [0-9:,]+\s+(INFO|WARNING)"
+"${SUBMIT[@]}" python pipelines/pretokenize.py --config configs/gsm8k-sft.yaml \
+  --input "$OUT/raw/arith.jsonl" --output "$OUT/arith-sft.lance" 2>&1 | quiet
+echo "== ray job submit: materialize-shuffle --epochs 3 (8 splits: world sizes 1, 2, 4, 8)"
+"${SUBMIT[@]}" python pipelines/materialize_shuffle.py --table "$OUT/arith-sft.lance" \
+  --output "$OUT/arith-epochs" --epochs 3 --splits 8 2>&1 | quiet
+
+echo "== prep verify: every row once per epoch, split sizes, checksums, source version"
+prep verify "$OUT/arith-epochs"
+
 echo "== done: $OUT"
