@@ -15,12 +15,17 @@ python examples/make_demo_data.py "$OUT/raw/arith.jsonl" --rows 4000
 RAY_TMP=$(mktemp -d /tmp/prep-demo-ray-XXXX)
 free_port() { python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 GCS_PORT=$(free_port); DASH_PORT=$(free_port); AGENT_PORT=$(free_port)
-stop_head() {  # only this head's processes: `ray stop` would stop every Ray on the host
-  pkill -f "$RAY_TMP" 2>/dev/null || true; sleep 1; pkill -9 -f "$RAY_TMP" 2>/dev/null || true; rm -rf "$RAY_TMP"
+stop_head() {  # only this head: `ray stop` would stop every Ray on the host
+  local group; group=$(cat "$RAY_TMP/pgid" 2>/dev/null || true)
+  for sig in TERM KILL; do  # its process group (GCS, raylet, dashboard, agents), then its workers
+    [ -n "$group" ] && { kill -s "$sig" -- "-$group" 2>/dev/null || true; }
+    pkill -"$sig" -f "$RAY_TMP" 2>/dev/null || true; sleep 1
+  done
+  rm -rf "$RAY_TMP"
 }
 trap stop_head EXIT
 echo "== starting a local Ray head"
-ray start --head --num-cpus="$(nproc)" --port="$GCS_PORT" --dashboard-port="$DASH_PORT" \
+setsid --wait bash -c 'echo $$ > "$0/pgid"; exec "$@"' "$RAY_TMP" ray start --head --num-cpus="$(nproc)" --port="$GCS_PORT" --dashboard-port="$DASH_PORT" \
   --dashboard-agent-listen-port="$AGENT_PORT" --dashboard-agent-grpc-port="$(free_port)" \
   --runtime-env-agent-port="$(free_port)" --metrics-export-port="$(free_port)" --dashboard-host=127.0.0.1 --object-store-memory=500000000 --temp-dir="$RAY_TMP" --disable-usage-stats >/dev/null
 

@@ -83,31 +83,31 @@ def ray_head():
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
     # Every port explicit: the defaults (e.g. the job agent's 52365) clash with any other Ray on the host.
-    subprocess.run(
+    start = subprocess.Popen(
         [str(VENV_BIN / "ray"), "start", "--head", "--num-cpus=2", f"--port={port}", f"--dashboard-port={dash}",
          f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={_free_port()}",
          f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}",
          "--dashboard-host=127.0.0.1", "--object-store-memory=300000000", f"--temp-dir={temp_dir}",
          "--disable-usage-stats"],
-        env=env, check=True, capture_output=True, timeout=120,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # the head's processes share this group: teardown kills exactly them
     )
+    out, _ = start.communicate(timeout=120)
+    if start.returncode:
+        raise RuntimeError(f"ray start failed:\n{out}")
     _wait_for_port(agent, 60)  # the job agent comes up a few seconds after `ray start` returns
     try:
         yield RayHead(address=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{port}", env=env)
     finally:
-        # `ray stop` would stop every Ray on the host; stop only the processes of this head's temp dir.
-        out = subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True).stdout.split()
-        for pid in map(int, out):
+        # `ray stop` would stop every Ray on the host: stop only this head's process group
+        # (GCS, raylet, dashboard, agents) and its workers (their command lines name the temp dir).
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.killpg(start.pid, sig)
             except ProcessLookupError:
                 pass
-        time.sleep(1)
-        for pid in map(int, subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True).stdout.split()):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            subprocess.run(["pkill", f"-{int(sig)}", "-f", temp_dir], capture_output=True)
+            time.sleep(1)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
