@@ -47,7 +47,8 @@ import psutil  # noqa: E402
 
 import tables  # noqa: E402
 from prep import lance_io  # noqa: E402
-from prep import materialize as mat  # noqa: E402
+from prep.materialize import gather, materialize_shuffle  # noqa: E402
+from prep.materialize.job import DEFAULT_LANCE_FORMAT  # noqa: E402
 
 
 class RssSampler:
@@ -154,7 +155,7 @@ def main() -> None:
     ap.add_argument("--splits", type=int, default=48)
     ap.add_argument("--epochs", type=int, default=3, help="epochs per materialization, except *-e1 modes (default 3)")
     ap.add_argument("--modes", default="copy,copy-2.0,random-e1,random,clump64-e1,clump64,random-take")
-    ap.add_argument("--lance-format", default=mat.DEFAULT_LANCE_FORMAT, help="format of the materialized splits")
+    ap.add_argument("--lance-format", default=DEFAULT_LANCE_FORMAT, help="format of the materialized splits")
     ap.add_argument("--workdir", default="/tmp/prep-bench-materialize")
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--read-rows", type=int, default=16384)
@@ -195,13 +196,13 @@ def main() -> None:
                     run_copy(ray, src, out, args.splits, args.read_rows, mode[5:] or None)
                 else:
                     clump = 64 if mode.startswith("clump64") else 1
-                    saved = mat.GATHER_BELOW_CLUMP
-                    mat.GATHER_BELOW_CLUMP = 1 if mode == "random-take" else saved
+                    saved = gather.GATHER_BELOW_CLUMP  # read by the driver only (gather._gather_mode)
+                    gather.GATHER_BELOW_CLUMP = 1 if mode == "random-take" else saved
                     try:
-                        mat.materialize_shuffle(table=src, output=out, epochs=epochs, splits=args.splits, clump=clump,
-                                                read_rows=args.read_rows, lance_format=args.lance_format)
+                        materialize_shuffle(table=src, output=out, epochs=epochs, splits=args.splits, clump=clump,
+                                            read_rows=args.read_rows, lance_format=args.lance_format)
                     finally:
-                        mat.GATHER_BELOW_CLUMP = saved
+                        gather.GATHER_BELOW_CLUMP = saved
                 dt = time.time() - t
             r = {"seconds": dt, "cpu_seconds": rss.cpu, "epochs": epochs, "rows_per_s": rows * epochs / dt,
                  "tokens_per_s": tokens * epochs / dt, "mb_per_s": value_bytes * epochs / dt / 1e6,

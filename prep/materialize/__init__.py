@@ -1,0 +1,45 @@
+"""``prep materialize-shuffle``: write shuffled epochs as per-split Lance datasets.
+
+Layout and manifest: docs/architecture.md ("Materialized epochs"); how it
+works, measurements and trade-offs: docs/materialize.md. In short:
+
+1. The plan (:mod:`prep.plan`) says which selected rows split ``s`` reads in
+   epoch ``e``, in order. ``--filter`` selects rows once: their row addresses go
+   to a small sidecar (``OUT/_work/selection.lance``) that tasks read by position
+   (:mod:`prep.materialize.rows`).
+2. One Ray task per (epoch, split) writes ``OUT/epoch-EEEEE/split-SSSSS.lance``
+   and then ``split-SSSSS.done.json`` (:mod:`prep.materialize.write`), taking its
+   rows from the table, or for small clumps from a shared gather pass
+   (:mod:`prep.materialize.gather`).
+3. ``manifest.json`` is written last, atomically; a rerun skips splits already
+   done (:mod:`prep.materialize.run`).
+
+Modules:
+
+- :mod:`prep.materialize.layout`: output paths, the format and ``read_manifest``
+- :mod:`prep.materialize.job`: the :class:`Job` tasks receive, the per-worker dataset cache
+- :mod:`prep.materialize.rows`: reading selected rows, ids, hash keys; the filter sidecar
+- :mod:`prep.materialize.gather`: the gather pass for small clumps
+- :mod:`prep.materialize.write`: the (epoch, split) write task
+- :mod:`prep.materialize.run`: ``materialize_shuffle``: checks, scheduling, manifest
+"""
+
+from __future__ import annotations
+
+from prep.materialize.job import Job, job_for_manifest
+from prep.materialize.layout import FORMAT, MANIFEST, read_manifest, split_path
+from prep.materialize.rows import hash_keys_for, read_rows, selected_ids
+from prep.materialize.run import materialize_shuffle
+
+__all__ = [
+    "MANIFEST",
+    "FORMAT",
+    "split_path",
+    "read_manifest",
+    "materialize_shuffle",
+    "Job",
+    "job_for_manifest",
+    "read_rows",
+    "selected_ids",
+    "hash_keys_for",
+]

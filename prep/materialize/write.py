@@ -1,0 +1,74 @@
+"""The (epoch, split) task: write one split dataset, then its done record.
+
+One Ray task per (epoch, split) writes ``OUT/epoch-EEEEE/split-SSSSS.lance``
+and then ``split-SSSSS.done.json`` (rows, content checksum). Two ways to get
+a split's rows:
+
+- ``take`` (sequential strategy, or clumps >= ``GATHER_BELOW_CLUMP``): each
+  chunk of the read order is one Lance ``take``; clumps make it nearly a scan.
+- ``gather`` (small clumps, where a ``take`` per row costs ~5x a scan): the
+  task concatenates the pieces the gather pass cut for it
+  (:mod:`prep.materialize.gather`; its rows in table order) and reorders them
+  in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from prep import lance_io, plan, storage
+from prep.materialize.job import Job, _dataset
+from prep.materialize.layout import _done_path, split_path
+from prep.materialize.rows import read_rows
+
+__all__: list[str] = []
+
+
+def _split_batches(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, pieces: tuple[pa.Table, ...]) -> Iterator[pa.RecordBatch]:
+    """The split's rows in this epoch's read order, a few read batches at a time."""
+    kw = dict(split=split, epoch=epoch, hash_keys=hash_keys, **job.split_kwargs())
+    if not pieces:  # take: each chunk of the read order is one Lance take (Lance sorts and reorders)
+        source = _dataset(job, job.source, job.version)
+        for chunk in plan.iter_split_rows(chunk_rows=job.read_rows, **kw):
+            yield from read_rows(job, source, chunk).to_batches(max_chunksize=job.read_rows)
+        return
+    # gather: the pieces hold the split's rows in ascending position order (mapped from the object store)
+    rows = pa.concat_tables(pieces)
+    order = plan.split_rows(**kw)
+    local = np.empty(len(order), dtype=np.int64)
+    local[np.argsort(order, kind="stable")] = np.arange(len(order))
+    for i in range(0, len(local), job.read_rows):
+        yield from rows.take(pa.array(local[i : i + job.read_rows])).to_batches()
+
+
+def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, *pieces: pa.Table) -> dict[str, Any]:
+    """One (epoch, split): write its dataset, then its done record. Idempotent."""
+    import lance
+
+    from prep.verify import Checksum
+
+    rel = split_path(epoch, split)
+    uri = storage.join(job.output, rel)
+    lance_io.remove_table(uri, job.s3)  # a killed attempt may have left data files
+    schema = _dataset(job, job.source, job.version).schema
+    schema = pa.schema([schema.field(c) for c in job.columns])
+    checksum = Checksum()
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in _split_batches(job, epoch, split, hash_keys, pieces):
+            batch = batch.select(list(job.columns))
+            checksum.update(batch)
+            yield batch
+
+    lance.write_dataset(
+        pa.RecordBatchReader.from_batches(schema, batches()), uri, schema=schema, mode="create",
+        max_rows_per_file=1 << 30, storage_options=job.lance_options(uri), data_storage_version=job.lance_format,
+    )
+    record = {"fingerprint": job.fingerprint, "epoch": epoch, "split": split, "path": rel,
+              "num_rows": checksum.num_rows, "checksum": checksum.hexdigest()}
+    storage.write_json_atomic(storage.join(job.output, _done_path(epoch, split)), record, job.s3)
+    pa.default_memory_pool().release_unused()
+    return record
