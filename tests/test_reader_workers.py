@@ -6,6 +6,7 @@ import multiprocessing
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 import reader_fixtures as rf
@@ -18,8 +19,9 @@ G = 96
 @pytest.fixture(scope="module")
 def out48():
     path, _ = rf.cached_output("sft48")
-    reference = [(b.epoch, b.step, b.ids.copy()) for b in ReaderDataset(path, global_batch_size=G)]
-    return path, reference
+    batches = list(ReaderDataset(path, global_batch_size=G))
+    reference = [(b.epoch, b.step, b.ids.copy()) for b in batches]
+    return path, reference, batches
 
 
 def consume(loader, stop=None):
@@ -33,7 +35,7 @@ def consume(loader, stop=None):
 
 @pytest.mark.parametrize("num_workers,stops", [(1, [6]), (2, [3, 12])], ids=["1-worker", "2-workers"])
 def test_resume_with_worker_processes_matches_uninterrupted_run(out48, num_workers, stops):
-    path, reference = out48
+    path, reference, _ = out48
     for stop in stops:  # 6: epoch boundary, 3: inside an epoch, 12: the last batch
         loader = Loader(ReaderDataset(path, global_batch_size=G), num_workers=num_workers)
         first = consume(loader, stop)
@@ -49,13 +51,14 @@ def test_resume_with_worker_processes_matches_uninterrupted_run(out48, num_worke
 
 
 def test_bare_dataloader_with_two_workers_yields_steps_in_order_and_state_after_a_batch(out48):
-    path, reference = out48
+    path, reference, batches = out48
     ds = ReaderDataset(path, global_batch_size=G)
     loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=multiprocessing.get_context("forkserver"))
     got, workers = [], []
-    for batch in loader:
+    for batch, want in zip(loader, batches):
         got.append((batch.epoch, batch.step, batch.ids.copy(), ds.state_after(batch)))
         workers.append(batch.worker)
+        assert batch.keys() == want.keys() and all(torch.equal(batch[k], want[k]) for k in want)
     assert [(e, t) for e, t, _, _ in got] == [(e, t) for e, t, _ in reference]
     assert workers == [0, 1] * 6  # worker k builds steps k, k+2, ...: the round robin restores step order
     for (_, _, a, _), (_, _, b) in zip(got, reference):

@@ -55,6 +55,27 @@ class Batch(dict):
         """A copy whose tensors are in pinned host memory (DataLoader's pin thread calls this)."""
         return self._with({k: v.pin_memory() for k, v in self.items()})
 
+    def shared(self) -> "Batch":
+        """A copy whose contiguous tensors are views of ONE shared-memory buffer.
+
+        A DataLoader worker hands each storage to the main process separately (a file
+        descriptor and a socket round trip each, ~1 ms); one storage per batch halves
+        the cost of the worker path. Made with NumPy copies (no torch kernels).
+        """
+        dense = {k: v for k, v in self.items() if v.is_contiguous()}
+        offsets, size = {}, 0
+        for k, v in dense.items():
+            offsets[k] = size
+            size += -(-v.numel() * v.element_size() // 8) * 8  # keep every tensor 8-byte aligned
+        buffer = torch.empty(max(size, 8), dtype=torch.uint8).share_memory_()
+        raw = buffer.numpy()
+        out = {}
+        for k, v in dense.items():
+            n = v.numel() * v.element_size()
+            raw[offsets[k]:offsets[k] + n] = v.numpy().reshape(-1).view(np.uint8)
+            out[k] = buffer[offsets[k]:offsets[k] + n].view(v.dtype).view(v.shape)
+        return self._with(out)
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         """A copy with every tensor on ``device``."""
         return self._with({k: v.to(device, non_blocking=non_blocking) for k, v in self.items()})

@@ -136,9 +136,9 @@ class ReaderDataset(IterableDataset):
                 except StopIteration:
                     return
                 self._position = self.schedule.position(self.schedule.index(batch.epoch, batch.step) + 1)
-                batch.worker = worker
-                if num_workers > 1:  # the parent process cannot see this worker's counters otherwise
-                    batch.stats = pipe.snapshot()
+                if info is not None:  # in a DataLoader worker: one storage to ship, counters the parent can't see
+                    batch = batch.shared()
+                    batch.worker, batch.stats = worker, pipe.snapshot()
                 yield batch
         finally:
             pipe.shutdown()
