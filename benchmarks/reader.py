@@ -8,6 +8,7 @@ rows padded to the batch's longest row (input_ids, labels, attention_mask), or
 packed rows.
 
     (a)  prep.reader on a materialized epoch: DataLoader(ds, batch_size=None), num_workers 0;
+         (a32) the same with int32 input_ids/position_ids (labels stay int64);
          (a1)/(a2) the same through prep.reader.Loader with 1 / 2 worker processes
     (b)  HF datasets with_format("numpy") + DataLoader(shuffle=True, batch_size=32, vectorized pad)
     (c)  lance.torch.data.LanceDataset on the prepared table, ShardedBatchSampler(randomize=True)
@@ -184,11 +185,11 @@ def batches_for(case: str, work: str, variant: str, seq_len: int):
     from torch.utils.data import DataLoader
 
     out = os.path.join(work, f"{variant}-out")
-    if case in ("a", "a1", "a2"):
+    if case in ("a", "a1", "a2", "a32"):
         from prep.reader import Loader, ReaderDataset
 
-        ds = ReaderDataset(out, global_batch_size=B)
-        loader = DataLoader(ds, batch_size=None) if case == "a" else Loader(ds, num_workers=int(case[1]))
+        ds = ReaderDataset(out, global_batch_size=B, token_dtype=torch.int32 if case == "a32" else torch.int64)
+        loader = DataLoader(ds, batch_size=None) if case in ("a", "a32") else Loader(ds, num_workers=int(case[1]))
         return ((b, b.num_tokens) for b in loader)
     if case == "b":
         import datasets
@@ -233,7 +234,8 @@ def _preimport(case: str) -> None:
     import torch  # noqa: F401
     from torch.utils.data import DataLoader  # noqa: F401
 
-    modules = {"a": ["prep.reader", "lance"], "a1": ["prep.reader", "lance"], "a2": ["prep.reader", "lance"], "b": ["datasets"],
+    reader = ["prep.reader", "lance"]
+    modules = {"a": reader, "a1": reader, "a2": reader, "a32": reader, "b": ["datasets"],
                "c": ["lance.torch.data", "lance.sampler"], "d": ["lancedb", "lancedb.streaming"], "e": []}[case]
     for name in modules:
         __import__(name)
@@ -321,7 +323,8 @@ def run_seek(work: str, variant: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- driver
-CASES = {"a": "prep.reader, num_workers=0", "a1": "prep.reader Loader, num_workers=1",
+CASES = {"a": "prep.reader, num_workers=0", "a32": "prep.reader, int32 input_ids",
+         "a1": "prep.reader Loader, num_workers=1",
          "a2": "prep.reader Loader, num_workers=2", "b": "HF datasets + DataLoader(shuffle)",
          "c": "lance.torch LanceDataset (shuffled batches)", "d": "lancedb StreamingDataset",
          "e": "nanoGPT memmap floor"}
@@ -334,7 +337,7 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=2048, help="packed variant row length (default 2048)")
     p.add_argument("--work", default="/tmp/prep-bench-reader", help="where the data is built (cached)")
     p.add_argument("--max-seconds", type=float, default=60.0, help="stop a case after this long (default 60)")
-    p.add_argument("--cases", default="a,a1,a2,b,c,d,e", help="comma-separated cases (default all)")
+    p.add_argument("--cases", default="a,a32,a1,a2,b,c,d,e", help="comma-separated cases (default all)")
     p.add_argument("--variants", default="sft,packed", help="sft and/or packed (default both)")
     p.add_argument("--materialize", choices=["prep", "direct"], default="prep",
                    help="write the epoch with `prep materialize-shuffle` (default) or directly with prep.plan")
