@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -247,8 +246,9 @@ def _peak_rss_mib() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
 
 
-class _TotalRss:
-    """Samples this process + all its children (DataLoader workers, forkserver) every 0.1 s."""
+class _Descendants:
+    """Samples this process + all its descendants (DataLoader workers and the forkserver they are
+    forked from, which is not their parent: rusage of children misses them) every 0.1 s."""
 
     def __init__(self) -> None:
         import threading
@@ -256,28 +256,33 @@ class _TotalRss:
         import psutil
 
         self.peak, self._me, self._stop = 0, psutil.Process(), threading.Event()
+        self._cpu: dict[int, float] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
-            try:
-                procs = [self._me, *self._me.children(recursive=True)]
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs))
-            except Exception:  # a worker exiting between listing and reading
-                pass
+            rss = self._me.memory_info().rss
+            for p in self._me.children(recursive=True):
+                try:
+                    rss += p.memory_info().rss
+                    t = p.cpu_times()
+                    self._cpu[p.pid] = t.user + t.system
+                except Exception:  # a worker exiting between listing and reading
+                    pass
+            self.peak = max(self.peak, rss)
 
-    def stop(self) -> float:
+    def stop(self) -> tuple[float, float]:
+        """(peak RSS of this process + descendants in MiB, CPU seconds of the descendants)."""
         self._stop.set()
         self._thread.join()
-        return self.peak / 2**20
+        return self.peak / 2**20, sum(self._cpu.values())
 
 
 def run_case(case: str, work: str, variant: str, seq_len: int, max_seconds: float) -> dict:
     _preimport(case)
-    sampler = _TotalRss()
+    sampler = _Descendants()
     started, cpu0 = time.perf_counter(), time.process_time()
-    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     it = batches_for(case, work, variant, seq_len)
     first, rows, tokens = None, 0, 0
     for tensors, n in it:
@@ -295,12 +300,11 @@ def run_case(case: str, work: str, variant: str, seq_len: int, max_seconds: floa
     import gc
 
     gc.collect()
-    cpu = time.process_time() - cpu0
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # DataLoader workers, once joined
-    cpu += (kids.ru_utime + kids.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
+    total_rss, descendants_cpu = sampler.stop()
+    cpu = time.process_time() - cpu0 + descendants_cpu
     return {"case": case, "variant": variant, "rows": rows, "tokens": tokens, "wall_s": wall, "cpu_s": cpu,
             "rows_per_s": rows / wall, "tok_per_s": tokens / wall, "cpu_s_per_mtok": cpu / max(tokens, 1) * 1e6,
-            "first_batch_s": first, "peak_rss_mib": _peak_rss_mib(), "peak_total_rss_mib": sampler.stop()}
+            "first_batch_s": first, "peak_rss_mib": _peak_rss_mib(), "peak_total_rss_mib": total_rss}
 
 
 def run_seek(work: str, variant: str) -> dict:

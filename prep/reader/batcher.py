@@ -1,18 +1,22 @@
-"""Stage: cut read chunks into local batches, a group of steps at a time.
+"""Stage: cut read chunks into local batches, groups of steps at a time, on a small thread pool.
 
 Batches are built for a group of steps at once (about :data:`GROUP_BYTES` of
 input), which keeps the per-batch Python down to a handful of calls (see
-:mod:`prep.reader.collate`). Its state is the position after the last batch it
-returned; resetting it seeks its source to that same position, so a chunk never
-has to be replayed.
+:mod:`prep.reader.collate`). Groups are built by ``threads`` threads at once (NumPy
+releases the GIL in its kernels) and handed on in step order. The state is the
+position after the last batch returned; resetting seeks the source to that same
+position, so a chunk never has to be replayed.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from prep.errors import PrepError
 from prep.reader.batch import Batch
 from prep.reader.collate import collate_steps
 from prep.reader.schedule import Schedule
@@ -32,55 +36,82 @@ class Batcher:
         schedule: the steps being read (to name the position after a batch).
         spec: how rows become tensors.
         pin_memory: copy each batch into pinned host memory (for fast, asynchronous GPU copies).
+        threads: groups built at once (default 2).
     """
 
-    def __init__(self, source: Any, *, schedule: Schedule, spec: CollateSpec, pin_memory: bool = False) -> None:
+    def __init__(self, source: Any, *, schedule: Schedule, spec: CollateSpec, pin_memory: bool = False,
+                 threads: int = 2) -> None:
+        if threads < 1:
+            raise PrepError(f"batch building: {threads=} must be >= 1")
         self._source, self._schedule, self._spec, self._pin = source, schedule, spec, pin_memory
+        self._threads, self._pool = threads, None
+        self._lock = threading.Lock()
         self.collate_s = 0.0
         self.pending_rows = 0
         self.reset(None)
 
     def reset(self, initial_state: dict[str, int] | None) -> None:
-        """Seeks the source to ``initial_state`` and drops the chunk in hand."""
+        """Seeks the source to ``initial_state`` and drops the chunk and groups in hand."""
+        self._drop()
         self._source.reset(initial_state)
         self._state = self._source.get_state()
-        self._chunk: RawChunk | None = None
-        self._built: deque[Batch] = deque()
-        self._next = 0
-        self.pending_rows = 0
 
     def next(self) -> Batch:
         """The next local batch. Raises StopIteration after the last."""
-        if not self._built:
-            self._build_group()
-        batch = self._built.popleft()
+        while not self._ready:
+            self._submit()
+            if not self._inflight:
+                raise StopIteration
+            self._ready.extend(self._inflight.popleft().result())
+        batch = self._ready.popleft()
         self.pending_rows -= batch.num_rows
         epoch, step = self._schedule.position(self._schedule.index(batch.epoch, batch.step) + 1)
         self._state = {EPOCH_KEY: epoch, STEP_KEY: step}
+        self._submit()  # keep the pool busy while the consumer works
         return batch
 
     def get_state(self) -> dict[str, int]:
         return self._state
 
     def shutdown(self) -> None:
-        self._chunk = None
-        self._built.clear()
+        self._drop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
         self._source.shutdown()
 
-    def _build_group(self) -> None:
-        if self._chunk is None or self._next == len(self._chunk.steps):
-            self._chunk, self._next = self._source.next(), 0
-            self.pending_rows = self._chunk.num_rows
-        chunk = self._chunk
+    def _drop(self) -> None:
+        for future in getattr(self, "_inflight", ()):
+            future.cancel()
+        self._inflight: deque[Future] = deque()
+        self._ready: deque[Batch] = deque()
+        self._chunk: RawChunk | None = None
+        self._next, self._exhausted, self.pending_rows = 0, False, 0
+
+    def _submit(self) -> None:
+        """Starts building groups until ``threads`` are in flight or the source is exhausted."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="reader-batch")
+        while len(self._inflight) < self._threads and not self._exhausted:
+            if self._chunk is None or self._next == len(self._chunk.steps):
+                try:
+                    self._chunk, self._next = self._source.next(), 0
+                except StopIteration:
+                    self._exhausted, self._chunk = True, None
+                    return
+                self.pending_rows += self._chunk.num_rows
+            chunk, start = self._chunk, self._next
+            per_step = max(1, chunk.nbytes // len(chunk.steps))
+            self._next = min(len(chunk.steps), start + max(1, GROUP_BYTES // per_step))
+            self._inflight.append(self._pool.submit(self._build, chunk, start, self._next))
+
+    def _build(self, chunk: RawChunk, start: int, stop: int) -> list[Batch]:
         started = time.perf_counter()
-        per_step = max(1, chunk.nbytes // len(chunk.steps))
-        stop = min(len(chunk.steps), self._next + max(1, GROUP_BYTES // per_step))
         b = self._schedule.rows_per_split_step
-        for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.parts, self._next, stop, b, self._spec),
-                                                        start=self._next):
+        out = []
+        for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.parts, start, stop, b, self._spec), start=start):
             batch = Batch.make(tensors, epoch=chunk.epoch, step=int(chunk.steps[j]), ids=ids, num_tokens=num_tokens)
-            self._built.append(batch.pin_memory() if self._pin else batch)
-        self._next = stop
-        if self._next == len(chunk.steps):
-            self._chunk = None  # the built batches keep what they need; drop the rest of the chunk
-        self.collate_s += time.perf_counter() - started
+            out.append(batch.pin_memory() if self._pin else batch)
+        with self._lock:
+            self.collate_s += time.perf_counter() - started
+        return out

@@ -8,14 +8,16 @@ calls per split per group, whatever ``b`` is, and each batch is a view:
   group's rows in batch order (none at all when the rank reads one split and the
   dtype is kept: then a batch is a reshape of the Arrow buffer, zero-copy);
 * variable-length rows: every token's place in the padded output is computed from
-  the Arrow offsets (``np.repeat``) and the tokens are scattered there in one
-  operation per output, each batch padded to its own longest row (rounded up to
+  the Arrow offsets (a cumulative sum of per-row jumps) and the tokens are scattered
+  there in one operation per output, each batch padded to its own longest row (rounded up to
   ``pad_to_multiple_of``, so shapes fall into a few buckets);
 * ``labels`` are ``input_ids`` with -100 where ``loss_mask`` is 0 or on padding.
 
 Only NumPy computes here; torch merely wraps the results (``torch.from_numpy``). A
 torch kernel would enter its OpenMP pool, whose idle threads spin: on a 2-core
-machine that burned 4x the CPU of the whole reader in our benchmark.
+machine that burned 4x the CPU of the whole reader in our benchmark. And only NumPy
+kernels that release the GIL are used on whole groups (``np.repeat`` does not: it
+serialized the reader's threads), so reading and batch building overlap.
 """
 
 from __future__ import annotations
@@ -99,15 +101,18 @@ def _padded(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: Co
     row_start = (base[:-1][None, :, None] + slot * width[None, :, None]).ravel()
     flat_lens = lens.ravel()
     token_start = np.concatenate([[0], np.cumsum(flat_lens)[:-1]])
-    dest = np.repeat(row_start - token_start, flat_lens) + np.arange(tokens.size)
+    # dest[t] = t + (row_start - token_start) of t's row, as a cumulative sum of per-row jumps
+    # (np.repeat would hold the GIL for the whole group; these kernels release it)
+    nonempty = flat_lens > 0
+    jumps = np.zeros(tokens.size, dtype=np.int64)
+    jumps[token_start[nonempty]] = np.diff((row_start - token_start)[nonempty], prepend=0)
+    dest = np.cumsum(jumps, out=jumps)
+    dest += np.arange(tokens.size)
     input_ids = np.full(int(base[-1]), spec.pad_id, dtype=_np_dtype(spec.token_dtype))
     input_ids[dest] = tokens
     labels = np.full(int(base[-1]), IGNORE_INDEX, dtype=np.int64)
-    # attention: per row, `len` ones then `width - len` zeros, written in one pass (rows in output order)
-    out_lens = lens.transpose(1, 0, 2).ravel()
-    runs = np.empty(2 * out_lens.size, dtype=np.int64)
-    runs[0::2], runs[1::2] = out_lens, np.repeat(width, k * b) - out_lens
-    attention = np.repeat(np.tile(np.array([1, 0], dtype=np.int64), out_lens.size), runs)
+    attention = np.zeros(int(base[-1]), dtype=np.int64)
+    attention[dest] = 1
     trained = None
     if "loss_mask" in parts[0]:
         trained = np.concatenate([p["loss_mask"].values[o[0]:o[-1]] for p, o in zip(parts, offsets)]).astype(bool, copy=False)

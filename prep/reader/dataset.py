@@ -46,6 +46,7 @@ class ReaderDataset(IterableDataset):
         image_layout: ``NCHW`` (default) or ``NHWC``.
         return_loss_mask: also return ``loss_mask`` (default False).
         pin_memory: build batches in pinned host memory, on the batch thread (default False; needs CUDA).
+        batch_threads: threads building batches (default 2).
         read_bytes: about how many bytes one read covers, all the rank's splits together (default 64 MiB).
         raw_chunks: reads queued ahead of batching (default 2).
         prefetch_batches: batches queued ahead of the consumer (default 4).
@@ -63,7 +64,7 @@ class ReaderDataset(IterableDataset):
                  transform: Callable[[Batch], dict] | None = None, transform_threads: int = 2,
                  pad_id: int | None = None, token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
                  image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
-                 pin_memory: bool = False, read_bytes: int = 64 << 20, raw_chunks: int = 2, prefetch_batches: int = 4,
+                 pin_memory: bool = False, batch_threads: int = 2, read_bytes: int = 64 << 20, raw_chunks: int = 2, prefetch_batches: int = 4,
                  s3: storage.S3Options | None = None) -> None:
         super().__init__()
         if plan is not None:
@@ -86,7 +87,7 @@ class ReaderDataset(IterableDataset):
         self._max_steps = max(1, read_bytes // max(1, row_bytes(self.layout.metadata, self.spec) * self.local_batch_size))
         self._transform, self._transform_threads = transform, transform_threads
         self._pin = pin_memory and torch.cuda.is_available()
-        self._raw_chunks, self._prefetch_batches = raw_chunks, prefetch_batches
+        self._raw_chunks, self._prefetch_batches, self._batch_threads = raw_chunks, prefetch_batches, batch_threads
         self._position = self.schedule.position(0)
         self._pending: tuple[int, int] | None = None
         self._pipeline: Pipeline | None = None
@@ -126,7 +127,8 @@ class ReaderDataset(IterableDataset):
         pipe = self._pipeline = Pipeline(
             layout=self.layout, schedule=self.schedule, splits=self.splits, spec=self.spec, start=start, worker=worker,
             num_workers=num_workers, max_steps=self._max_steps, raw_chunks=self._raw_chunks,
-            prefetch_batches=self._prefetch_batches, pin_memory=self._pin, transform=self._transform,
+            prefetch_batches=self._prefetch_batches, pin_memory=self._pin, batch_threads=self._batch_threads,
+            transform=self._transform,
             transform_threads=self._transform_threads)
         self._prev = StatsSnapshot()
         try:

@@ -35,17 +35,18 @@ class Pipeline:
         raw_chunks: reads queued ahead of batching.
         prefetch_batches: batches queued ahead of the consumer.
         pin_memory: build batches in pinned memory.
+        batch_threads: threads building batches.
         transform: optional ``fn(batch) -> dict``, on ``transform_threads`` threads.
         transform_threads: pool size for ``transform``.
     """
 
     def __init__(self, *, layout: Any, schedule: Schedule, splits: range, spec: CollateSpec, start: tuple[int, int],
                  worker: int, num_workers: int, max_steps: int, raw_chunks: int, prefetch_batches: int,
-                 pin_memory: bool, transform: Callable[[Batch], dict] | None, transform_threads: int) -> None:
+                 pin_memory: bool, batch_threads: int, transform: Callable[[Batch], dict] | None, transform_threads: int) -> None:
         self.source = ChunkSource(layout=layout, schedule=schedule, splits=splits, columns=spec.columns,
                                   worker=worker, num_workers=num_workers, max_steps=max_steps)
         self.io = Prefetcher(self.source, depth=raw_chunks, name="reader I/O", size=lambda c: c.num_rows)
-        self.batcher = Batcher(self.io, schedule=schedule, spec=spec, pin_memory=pin_memory)
+        self.batcher = Batcher(self.io, schedule=schedule, spec=spec, pin_memory=pin_memory, threads=batch_threads)
         self.batches = Prefetcher(self.batcher, depth=prefetch_batches, name="reader batch", size=lambda b: b.num_rows)
         self.transformer = None if transform is None else Transformer(self.batches, transform, num_threads=transform_threads)
         self.last: Any = self.transformer or self.batches
