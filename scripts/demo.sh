@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole chain on an embedded default data set, offline, on this machine:
-# set up .venv, start a local Ray head, `ray job submit` the pretokenize job,
-# then print what was written. Outputs go to out/demo/ (replaced on every run).
+# set up .venv, start a local Ray head, `ray job submit` the pretokenize job and the
+# materialize-shuffle job (3 epochs), verify them, train a few steps from prep.reader,
+# then resume from the checkpoint. Outputs go to out/demo/ (replaced on every run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -44,5 +45,10 @@ echo "== ray job submit: materialize-shuffle --epochs 3 (8 splits: world sizes 1
 
 echo "== prep verify: every row once per epoch, split sizes, checksums, source version"
 prep verify "$OUT/arith-epochs"
+
+echo "== train a small causal LM from prep.reader for 6 steps, checkpoint (model + optimizer + reader state)"
+python examples/train_sft.py --data "$OUT/arith-epochs" --global-batch-size 8 --steps 6 --log-every 2 --ckpt "$OUT/ckpt.pt"
+echo "== resume from the checkpoint: the reader seeks to the next batch and training continues to step 10"
+python examples/train_sft.py --data "$OUT/arith-epochs" --global-batch-size 8 --steps 10 --log-every 2 --ckpt "$OUT/ckpt.pt" --resume
 
 echo "== done: $OUT"
