@@ -99,7 +99,7 @@ def test_resume_with_a_smaller_world_size_continues_the_global_batch_sequence(ou
 def test_loader_without_workers_resumes_exactly(out48):
     path, _ = out48
     full = read_all(path)[0]
-    loader = Loader(ReaderDataset(path, global_batch_size=G))
+    loader = Loader(ReaderDataset(path, global_batch_size=G), device="cpu")  # the device feed passes CPU batches through
     first = []
     for batch in loader:
         first.append(batch.ids.copy())
@@ -178,3 +178,17 @@ def test_import_does_not_pull_in_ray_opens_fast_and_an_abandoned_iterator_exits_
     out = proc.stdout.split()
     assert out[0] == "False"
     assert float(out[1]) < 0.5
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_feed_copies_pinned_batches_to_the_gpu_on_a_side_stream(out48):
+    path, _ = out48
+    host = list(ReaderDataset(path, global_batch_size=G))
+    loader = Loader(ReaderDataset(path, global_batch_size=G, pin_memory=True), device="cuda")
+    got = list(loader)
+    assert len(got) == len(host)
+    for a, b in zip(got, host):
+        assert all(t.is_cuda for t in a.values()) and (a.epoch, a.step) == (b.epoch, b.step)
+        assert all(torch.equal(a[k].cpu(), b[k]) for k in b)
+    assert loader.status_line().endswith(("gpu-bound", "io-bound", "cpu-bound"))
