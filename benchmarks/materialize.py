@@ -42,7 +42,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import lance  # noqa: E402
-import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 import tables  # noqa: E402

@@ -44,7 +44,6 @@ SHARED = os.path.join(HERE, "..", "..", "shared", "data")
 # ----------------------------------------------------------------------------- data
 def build_data(work: str, rows: int, seq_len: int, materialize: str) -> None:
     """Prepared tables (sft + packed), their materialized epoch, an HF dataset and a memmap."""
-    import lance
     import pyarrow as pa
 
     done = os.path.join(work, f"ready-{rows}-{seq_len}.json")

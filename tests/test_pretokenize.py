@@ -7,7 +7,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from prep.config import load_config
 from prep.errors import PrepError
 from prep.lance_io import prep_metadata, table_exists
 from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize

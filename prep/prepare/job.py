@@ -17,15 +17,20 @@ import time
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from datetime import timedelta
+from typing import Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 
-from prep import lance_io
+from prep import lance_io, storage
+from prep.config import JobConfig
 from prep.errors import PrepError
 from prep.prepare.rejects import REJECTS_SCHEMA, Reject, rejects_table
 
-__all__ = ["ChunkOutput", "ChunkResult", "run_chunks", "commit_outputs"]
+__all__ = [
+    "ChunkOutput", "ChunkResult", "prepare_outputs", "start_ray", "run_chunks", "total_counts",
+    "commit_outputs", "drop_old_versions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +92,45 @@ def _process(
     return pa.table(
         {"index": batch.column("index"), "result": pa.array(results, pa.binary()), "error": pa.array(errors, pa.string())}
     )
+
+
+def prepare_outputs(cfg: JobConfig, s3: storage.S3Options) -> dict[str, str] | None:
+    """Refuses to replace a committed table unless ``cfg.overwrite``; clears orphan files.
+
+    Orphans are data files of a run that died before its commit (no table version
+    names them). Returns the Lance storage options of the output.
+    """
+    opts = storage.lance_storage_options(cfg.output, s3)
+    if lance_io.table_exists(cfg.output, opts) and not cfg.overwrite:
+        raise PrepError(f"{cfg.output} already holds a table; pass --overwrite (or overwrite: true) to replace it")
+    for uri in (cfg.output, cfg.rejects_uri):
+        if not lance_io.table_exists(uri, storage.lance_storage_options(uri, s3)):
+            lance_io.remove_table(uri, s3)
+    return opts
+
+
+def start_ray(cfg: JobConfig) -> float:
+    """Joins or starts Ray as the config says; returns the seconds it took."""
+    from prep.ray_runtime import init_ray
+
+    t0 = time.perf_counter()
+    init_ray(cfg.ray.address, num_cpus=cfg.ray.num_cpus)
+    return time.perf_counter() - t0
+
+
+def total_counts(results: Iterable[ChunkResult], required: Iterable[str]) -> Counter:
+    """Sums the workers' counters; ``required`` keys are present even when zero."""
+    counts: Counter = Counter(dict.fromkeys(required, 0))
+    for r in results:
+        counts.update(r.counts)  # update(), unlike +, keeps zero counts: the metadata lists them all
+    return counts
+
+
+def drop_old_versions(cfg: JobConfig, s3: storage.S3Options) -> None:
+    """After an overwrite: deletes the replaced versions' files of the table and its rejects."""
+    for uri in (cfg.output, cfg.rejects_uri):
+        ds = lance_io.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
+        ds.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
 
 
 def run_chunks(

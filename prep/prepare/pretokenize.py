@@ -18,12 +18,14 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 import prep
-from prep import lance_io, storage
+from prep import storage
 from prep.config import ConfigModel, JobConfig, config_hash
 from prep.errors import PrepError
 from prep.prepare.formats import RowError, Segments, SFTFormatter, TextFormatter
 from prep.prepare.ids import stable_ids
-from prep.prepare.job import ChunkOutput, commit_outputs, run_chunks
+from prep.prepare.job import (
+    ChunkOutput, commit_outputs, drop_old_versions, prepare_outputs, run_chunks, start_ray, total_counts,
+)
 from prep.prepare.rejects import Reject
 from prep.prepare.sources import Chunk, InputFormat, TextUnit, list_sources, plan_chunks, read_chunk
 from prep.prepare.tokenizer import ResolvedTokenizer, resolve_tokenizer
@@ -222,28 +224,16 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
     """
     t0 = time.perf_counter()
     s3 = cfg.s3.options().resolved()
-    opts = storage.lance_storage_options(cfg.output, s3)
-    rejects_opts = storage.lance_storage_options(cfg.rejects_uri, s3)
-    if lance_io.table_exists(cfg.output, opts) and not cfg.overwrite:
-        raise PrepError(f"{cfg.output} already holds a table; pass --overwrite (or overwrite: true) to replace it")
+    opts = prepare_outputs(cfg, s3)
     sources = list_sources(cfg.inputs, cfg.input_format, s3)
     tokenizer = resolve_tokenizer(cfg.tokenizer)  # here: a bad tokenizer fails before Ray starts
     if cfg.format == "sft" and cfg.sft.prompt_template is None:
         SFTFormatter(tokenizer)  # fails now if there is no chat template
     chunks = plan_chunks(sources, cfg.chunk_bytes, cfg.text_unit, s3)
-    for uri, o in ((cfg.output, opts), (cfg.rejects_uri, rejects_opts)):
-        if not lance_io.table_exists(uri, o):
-            lance_io.remove_table(uri, s3)  # orphan files of a run that died before its commit
-
-    from prep.ray_runtime import init_ray
-
-    t_ray = time.perf_counter()
-    init_ray(cfg.ray.address, num_cpus=cfg.ray.num_cpus)
+    ray_seconds = start_ray(cfg)
     t_run = time.perf_counter()
     results = run_chunks(chunks, TextChunkWorker(cfg, tokenizer, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
-    counts: Counter = Counter(dict.fromkeys(("rows_read", "rows_written", "rows_rejected", "tokens"), 0))
-    for r in results:
-        counts.update(r.counts)  # update(), unlike +, keeps zero counts: the metadata lists them all
+    counts = total_counts(results, ("rows_read", "rows_written", "rows_rejected", "tokens"))
     if counts["rows_read"] != counts["rows_accepted"] + counts["rows_rejected"]:
         raise PrepError(f"row accounting failed: read {counts['rows_read']} != accepted {counts['rows_accepted']} + rejected {counts['rows_rejected']}")
     metadata = {
@@ -260,8 +250,7 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
     }
     commit_outputs(results, schema=table_schema(cfg), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, metadata=metadata, storage_options=opts)
     if cfg.overwrite:
-        _drop_old_versions(cfg.output, opts)
-        _drop_old_versions(cfg.rejects_uri, rejects_opts)
+        drop_old_versions(cfg, s3)
     t_end = time.perf_counter()
     return {
         "table": cfg.output,
@@ -272,19 +261,13 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
         **{k: counts[k] for k in ("rows_read", "rows_written", "rows_rejected", "tokens", "tokens_trained")},
         **({"pad_tokens": counts["pad_tokens"]} if cfg.pack else {}),
         "seconds": {
-            "ray_init": round(t_run - t_ray, 2),
+            "ray_init": round(ray_seconds, 2),
             "job": round(t_end - t_run, 2),
             "total": round(t_end - t0, 2),
             "in_workers": round(sum(r.seconds for r in results), 2),
         },
         "counts": dict(counts),
     }
-
-
-def _drop_old_versions(uri: str, opts: dict[str, str] | None) -> None:
-    from datetime import timedelta
-
-    lance_io.open_table(uri, storage_options=opts).cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
 
 
 def format_summary(summary: dict[str, Any]) -> str:

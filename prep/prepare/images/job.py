@@ -12,19 +12,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from datetime import timedelta
 from typing import Any
 
 import torchvision
 
 import prep
-from prep import lance_io, storage
+from prep import storage
 from prep.config import config_hash
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan
 from prep.prepare.images.worker import ImageChunkWorker, table_schema
-from prep.prepare.job import commit_outputs, run_chunks
+from prep.prepare.job import commit_outputs, drop_old_versions, prepare_outputs, run_chunks, start_ray, total_counts
 
 __all__ = ["run_decode_images", "format_summary", "split_counts"]
 
@@ -47,23 +46,13 @@ def run_decode_images(cfg: ImagesConfig) -> dict[str, Any]:
     """
     t0 = time.perf_counter()
     s3 = cfg.s3.options().resolved()
-    opts = storage.lance_storage_options(cfg.output, s3)
-    rejects_opts = storage.lance_storage_options(cfg.rejects_uri, s3)
-    if lance_io.table_exists(cfg.output, opts) and not cfg.overwrite:
-        raise PrepError(f"{cfg.output} already holds a table; pass --overwrite (or overwrite: true) to replace it")
+    opts = prepare_outputs(cfg, s3)
     planned = plan(cfg, s3)
-    for uri, o in ((cfg.output, opts), (cfg.rejects_uri, rejects_opts)):
-        if not lance_io.table_exists(uri, o):
-            lance_io.remove_table(uri, s3)  # orphan files of a run that died before its commit
-
-    from prep.ray_runtime import init_ray
-
-    t_ray = time.perf_counter()
-    init_ray(cfg.ray.address, num_cpus=cfg.ray.num_cpus)
+    ray_seconds = start_ray(cfg)
     t_run = time.perf_counter()
     worker = ImageChunkWorker(cfg, planned.labels, s3)
     results = run_chunks(planned.chunks, worker, output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
-    counts: Counter = sum((r.counts for r in results), Counter())
+    counts = total_counts(results, ())
     plain, formats = split_counts(counts)
     for key in ("rows_read", "rows_accepted", "rows_rejected", "rows_written", "files_rejected", "decoded_with_pil", "bytes_read"):
         plain.setdefault(key, 0)
@@ -88,8 +77,7 @@ def run_decode_images(cfg: ImagesConfig) -> dict[str, Any]:
     }
     commit_outputs(results, schema=table_schema(cfg), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, metadata=metadata, storage_options=opts)
     if cfg.overwrite:
-        for uri, o in ((cfg.output, opts), (cfg.rejects_uri, rejects_opts)):
-            lance_io.open_table(uri, storage_options=o).cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
+        drop_old_versions(cfg, s3)
     t_end = time.perf_counter()
     bytes_written = _table_bytes(cfg.output, s3)
     return {
@@ -106,7 +94,7 @@ def run_decode_images(cfg: ImagesConfig) -> dict[str, Any]:
         "bytes_written": bytes_written,
         "bytes_per_image": round(bytes_written / plain["rows_written"]) if plain["rows_written"] else 0,
         "images_per_s": round(plain["rows_read"] / (t_end - t_run), 1) if t_end > t_run else 0.0,
-        "seconds": {"ray_init": round(t_run - t_ray, 2), "job": round(t_end - t_run, 2), "total": round(t_end - t0, 2)},
+        "seconds": {"ray_init": round(ray_seconds, 2), "job": round(t_end - t_run, 2), "total": round(t_end - t0, 2)},
         "counts": plain,
     }
 
