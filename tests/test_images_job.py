@@ -39,7 +39,7 @@ def pixels(ds: lance.LanceDataset, rows: list[int] | None = None) -> np.ndarray:
 def hymenoptera_table(ray_local, tmp_path_factory) -> lance.LanceDataset:
     """configs/imagefolder.yaml over the real tree, written once for the module."""
     out = tmp_path_factory.mktemp("hym") / "hymenoptera-224.lance"
-    summary = run_decode_images(load_config(ImagesConfig, CONFIG, output=str(out)))
+    summary = run_decode_images(load_config(ImagesConfig, CONFIG, input=str(HYMENOPTERA), output=str(out)))
     assert summary["rows_read"] == summary["rows_written"] == 245
     return lance.dataset(str(out))
 
