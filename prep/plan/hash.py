@@ -99,18 +99,7 @@ def _require(hash_keys: np.ndarray | None, num_rows: int) -> np.ndarray:
 def units(*, num_rows: int, num_splits: int, split: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> _units.Units:
     """The split's units: runs of ``clump`` consecutive members, in table order."""
     members = _members(_require(hash_keys, num_rows), num_splits, split, seed)
-    size = len(members)
-    count = -(-size // clump)
-    tail = size % clump
-    return _units.Units(
-        count=count,
-        num_rows=size,
-        clump=clump,
-        short_unit=count - 1 if tail else -1,
-        short_len=tail,
-        first_row=lambda u: u * clump,
-        members=members,
-    )
+    return _units.contiguous(len(members), clump, lambda u: u * clump, members)
 
 
 def assign(*, positions: np.ndarray, num_rows: int, num_splits: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> np.ndarray:

@@ -24,17 +24,7 @@ def _bounds(num_rows: int, num_splits: int, split: int) -> tuple[int, int]:
 def units(*, num_rows: int, num_splits: int, split: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> _units.Units:
     """The split's units: blocks of ``clump`` rows from the start of its range."""
     lo, hi = _bounds(num_rows, num_splits, split)
-    size = hi - lo
-    count = -(-size // clump)
-    tail = size % clump
-    return _units.Units(
-        count=count,
-        num_rows=size,
-        clump=clump,
-        short_unit=count - 1 if tail else -1,
-        short_len=tail,
-        first_row=lambda u: lo + u * clump,
-    )
+    return _units.contiguous(hi - lo, clump, lambda u: lo + u * clump)
 
 
 def assign(*, positions: np.ndarray, num_rows: int, num_splits: int, seed: int, clump: int, hash_keys: np.ndarray | None) -> np.ndarray:

@@ -75,6 +75,16 @@ class Units:
         return rows if self.members is None else self.members[rows]
 
 
+def contiguous(size: int, clump: int, first_row: Callable[[np.ndarray], np.ndarray], members: np.ndarray | None = None) -> Units:
+    """Units of ``clump`` consecutive rows over ``size`` rows: only the last may be short."""
+    count = -(-size // clump)
+    tail = size % clump
+    return Units(
+        count=count, num_rows=size, clump=clump, short_unit=count - 1 if tail else -1, short_len=tail,
+        first_row=first_row, members=members,
+    )
+
+
 def _order_keys(seed: int, epoch: int, split: int) -> np.ndarray:
     return permutation.keys(permutation.ORDER, seed, epoch, split)
 
