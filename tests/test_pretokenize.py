@@ -138,3 +138,27 @@ def test_existing_table_needs_overwrite_and_failed_job_leaves_no_table(tokenizer
     assert run_pretokenize(config(tokenizer_dir, bad_dir, fresh))["rows_written"] == 600
     s = run_pretokenize(config(tokenizer_dir, gsm8k_small, out, overwrite=True))
     assert s["rows_written"] == 600 and lance.dataset(out).count_rows() == 600
+
+
+def test_alpaca_config_reads_json_arrays_and_parquet_and_masks_only_outputs(tokenizer_dir, tmp_path):
+    import pyarrow.parquet as pq
+
+    from conftest import REPO
+    from prep.config import load_config
+
+    src = tmp_path / "alpaca"
+    src.mkdir()
+    rows = [{"instruction": f"Add {i} and {i}.", "input": "" if i % 2 else "Show your work.", "output": f"{2 * i}"} for i in range(6)]
+    (src / "a.json").write_text(json.dumps(rows[:3]))
+    pq.write_table(pa.Table.from_pylist(rows[3:]), src / "b.parquet")
+    cfg = load_config(PretokenizeConfig, REPO / "configs" / "alpaca-sft.yaml", input=str(src),
+                      output=str(tmp_path / "alp.lance"), tokenizer=tokenizer_dir)
+    s = run_pretokenize(cfg)
+    assert (s["sources"], s["rows_read"], s["rows_written"], s["rows_rejected"]) == (2, 6, 6, 0)
+    tok = load_tokenizer(tokenizer_dir)
+    t = lance.dataset(cfg.output).to_table()
+    for row, ids, mask in zip(rows, t["input_ids"].to_pylist(), t["loss_mask"].to_pylist()):
+        ids, mask = np.array(ids), np.array(mask, bool)
+        assert tok.decode(ids[mask]).strip() == row["output"] + "</s>"
+        prompt = tok.decode(ids[~mask])
+        assert prompt.endswith(f"{row['instruction']}\n\n{row['input']} [/INST]" if row["input"] else f"{row['instruction']} [/INST]")

@@ -7,6 +7,7 @@ cluster through ``RAY_ADDRESS``), from ``python pipelines/pretokenize.py`` and f
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
@@ -183,7 +184,7 @@ class TextChunkWorker:
         else:
             input_ids, loss_mask = rows.arrow_lists()
             columns: dict[str, Any] = {
-                "id": stable_ids(chunk.source.key, positions, 0) if not piece.any() else _piece_ids(chunk.source.key, positions, piece),
+                "id": _piece_ids(chunk.source.key, positions, piece),
                 "input_ids": input_ids,
                 "loss_mask": loss_mask,
                 "length": rows.lengths.astype(np.int32),
@@ -204,14 +205,10 @@ def _piece_ids(key: str, positions: np.ndarray, piece: np.ndarray) -> np.ndarray
 
 
 def _raw(row: Any) -> str:
-    import json
-
     return row if isinstance(row, str) else json.dumps(row, ensure_ascii=False, default=str)[:200]
 
 
 def _as_text(row: Any, name: str) -> str | None:
-    import json
-
     value = row.get(name) if isinstance(row, dict) else None
     return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
 
