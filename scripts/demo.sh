@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH" RAY_AUTH_MODE=token TOKENIZERS_PARALLELISM=false RAY_DISABLE_USAGE_STATS=1
 unset RAY_ADDRESS
+# The head and the submitter share a token of this run's own (a fresh machine has no ~/.ray/auth_token).
+RAY_AUTH_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(32))'); export RAY_AUTH_TOKEN
 
 OUT="$PWD/out/demo"
 rm -rf "$OUT" && mkdir -p "$OUT/raw"

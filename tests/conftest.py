@@ -4,6 +4,7 @@ an S3 endpoint (moto_server on 127.0.0.1), and the shared real data."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -80,7 +81,9 @@ def ray_head():
     """A real `ray start --head` from this venv, stopped (only it) at the end."""
     temp_dir = tempfile.mkdtemp(prefix="prep-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     port, dash, agent = _free_port(), _free_port(), _free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    # A token of its own: a fresh machine has no ~/.ray/auth_token, and the test must not write one there.
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
     # Every port explicit: the defaults (e.g. the job agent's 52365) clash with any other Ray on the host.
     start = subprocess.Popen(
