@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, Iterable
 
 import lance
@@ -26,18 +27,27 @@ __all__ = [
     "write_fragments",
     "commit_table",
     "remove_table",
+    "lance_message",
 ]
 
 METADATA_KEY = b"prep"
+_RUST_LOCATION = re.compile(r",?\s*/\S+\.rs:\d+(:\d+)?")
 log = logging.getLogger(__name__)
 
 
 def table_exists(uri: str, storage_options: dict[str, str] | None = None) -> bool:
-    """True when ``uri`` holds a committed Lance table (orphan data files do not count)."""
+    """True when ``uri`` holds a committed Lance table; False only when Lance finds none.
+
+    Raises:
+        PrepError: the table could not be read (a storage error, a corrupt manifest):
+            that is never "no table", or a caller could take a real table for leftovers.
+    """
     try:
         lance.dataset(uri, storage_options=storage_options)
-    except (ValueError, OSError, FileNotFoundError):
-        return False
+    except (ValueError, OSError) as exc:
+        if _not_found(exc):
+            return False
+        raise PrepError(f"cannot read the Lance table at {uri} ({lance_message(exc)})") from None
     return True
 
 
@@ -47,9 +57,20 @@ def open_table(
     """Opens a committed table, with a one-line error when there is none."""
     try:
         return lance.dataset(uri, version=version, storage_options=storage_options)
-    except (ValueError, OSError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:
         at = f" at version {version}" if version is not None else ""
-        raise PrepError(f"no Lance table at {uri}{at} ({str(exc).splitlines()[0][:200]})") from None
+        what = "no Lance table" if _not_found(exc) else "cannot read the Lance table"
+        raise PrepError(f"{what} at {uri}{at} ({lance_message(exc)})") from None
+
+
+def _not_found(exc: Exception) -> bool:
+    return isinstance(exc, FileNotFoundError) or "was not found" in str(exc)
+
+
+def lance_message(exc: BaseException, limit: int = 200) -> str:
+    """The first line of a Lance error without the Rust source locations it carries."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return _RUST_LOCATION.sub("", text).rstrip(", ")[:limit]
 
 
 def prep_metadata(ds: lance.LanceDataset) -> dict[str, Any]:

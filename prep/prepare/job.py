@@ -25,11 +25,10 @@ import pyarrow as pa
 from prep import lance_io, storage
 from prep.config import JobConfig
 from prep.errors import PrepError
-from prep.prepare.rejects import REJECTS_SCHEMA, Reject, rejects_table
+from prep.prepare.rejects import Reject, rejects_table
 
 __all__ = [
-    "ChunkOutput", "ChunkResult", "prepare_outputs", "start_ray", "run_chunks", "total_counts",
-    "commit_outputs", "drop_old_versions",
+    "ChunkOutput", "ChunkResult", "ChunkWorker", "start_ray", "run_chunks", "total_counts", "drop_old_versions",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,21 +91,6 @@ def _process(
     return pa.table(
         {"index": batch.column("index"), "result": pa.array(results, pa.binary()), "error": pa.array(errors, pa.string())}
     )
-
-
-def prepare_outputs(cfg: JobConfig, s3: storage.S3Options) -> dict[str, str] | None:
-    """Refuses to replace a committed table unless ``cfg.overwrite``; clears orphan files.
-
-    Orphans are data files of a run that died before its commit (no table version
-    names them). Returns the Lance storage options of the output.
-    """
-    opts = storage.lance_storage_options(cfg.output, s3)
-    if lance_io.table_exists(cfg.output, opts) and not cfg.overwrite:
-        raise PrepError(f"{cfg.output} already holds a table; pass --overwrite (or overwrite: true) to replace it")
-    for uri in (cfg.output, cfg.rejects_uri):
-        if not lance_io.table_exists(uri, storage.lance_storage_options(uri, s3)):
-            lance_io.remove_table(uri, s3)
-    return opts
 
 
 def start_ray(cfg: JobConfig) -> float:
@@ -177,23 +161,3 @@ def run_chunks(
     if missing:
         raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
     return [results[i] for i in range(len(chunks))]
-
-
-def commit_outputs(
-    results: list[ChunkResult],
-    *,
-    schema: pa.Schema,
-    output_uri: str,
-    rejects_uri: str,
-    metadata: dict[str, Any],
-    storage_options: dict[str, str] | None = None,
-) -> None:
-    """Commits rejects, then the table (last, so a complete-looking table implies complete rejects)."""
-    rejects = [f for r in results for f in r.reject_fragments]
-    lance_io.commit_table(rejects_uri, REJECTS_SCHEMA, rejects, metadata={"of": output_uri}, storage_options=storage_options)
-    fragments = [f for r in results for f in r.fragments]
-    ds = lance_io.commit_table(output_uri, schema, fragments, metadata=metadata, storage_options=storage_options)
-    written = ds.count_rows()
-    expected = metadata["counts"]["rows_written"]
-    if written != expected:
-        raise PrepError(f"{output_uri}: committed {written} rows but workers reported {expected}; rerun with --overwrite")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,21 +17,18 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-import prep
 from prep import storage
-from prep.config import ConfigModel, JobConfig, config_hash
-from prep.errors import PrepError
+from prep.config import ConfigModel, JobConfig
 from prep.prepare.formats import RowError, Segments, SFTFormatter, TextFormatter
+from prep.prepare.driver import JobPlan, run_prepare
 from prep.prepare.ids import stable_ids
-from prep.prepare.job import (
-    ChunkOutput, commit_outputs, drop_old_versions, prepare_outputs, run_chunks, start_ray, total_counts,
-)
+from prep.prepare.job import ChunkOutput
 from prep.prepare.rejects import Reject
 from prep.prepare.sources import Chunk, InputFormat, TextUnit, list_sources, plan_chunks, read_chunk
 from prep.prepare.tokenizer import ResolvedTokenizer, resolve_tokenizer
 from prep.prepare.tokens import OverlongPolicy, encode_segments, limit_length, pack
 
-__all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "run_pretokenize", "table_schema", "format_summary"]
+__all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "TextJob", "run_pretokenize", "table_schema", "format_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +159,7 @@ class TextChunkWorker:
             rows, source_row, piece = limit_length(rows, cfg.max_length, cfg.overlong)
 
         counts["rows_rejected"] = sum(r.is_row for r in rejects)
-        counts["rows_accepted"] = counts["rows_read"] - counts["rows_rejected"]
+        counts["rows_accepted"] = len(np.unique(source_row))  # source rows that reached the output, counted on it
         counts["tokens"] = len(rows.ids)
         counts["tokens_trained"] = int(rows.mask.sum())
         positions = records.positions[kept_idx[source_row]] if len(source_row) else np.zeros(0, np.int64)
@@ -213,58 +209,44 @@ def _as_text(row: Any, name: str) -> str | None:
     return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
 
 
+@dataclass(frozen=True)
+class TextJob:
+    """The pretokenize job for :func:`prep.prepare.driver.run_prepare`."""
+
+    cfg: PretokenizeConfig
+    name: str = "pretokenize"
+
+    def plan(self, s3: storage.S3Options) -> JobPlan:
+        cfg = self.cfg
+        sources = list_sources(cfg.inputs, cfg.input_format, s3)
+        tokenizer = resolve_tokenizer(cfg.tokenizer)  # here: a bad tokenizer fails before Ray starts
+        if cfg.format == "sft" and cfg.sft.prompt_template is None:
+            SFTFormatter(tokenizer)  # fails now if there is no chat template
+        chunks = plan_chunks(sources, cfg.chunk_bytes, cfg.text_unit, s3)
+        return JobPlan(chunks, [s.describe() for s in sources], {"tokenizer": tokenizer})
+
+    def worker(self, plan: JobPlan, s3: storage.S3Options) -> TextChunkWorker:
+        return TextChunkWorker(self.cfg, plan.details["tokenizer"], s3)
+
+    def schema(self) -> pa.Schema:
+        return table_schema(self.cfg)
+
+    def metadata(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+        cfg = self.cfg
+        return {"kind": cfg.kind, "tokenizer": plan.details["tokenizer"].identity(), "seq_len": cfg.pack.seq_len if cfg.pack else None}
+
+    def summary(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+        keys = ("tokens", "tokens_trained") + (("pad_tokens",) if self.cfg.pack else ())
+        return {k: counts.get(k, 0) for k in keys}
+
+
 def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
     """Runs the job; returns a summary (rows, tokens, rejects, path, timings).
 
     Raises:
-        PrepError: bad input paths, an existing table without ``overwrite``, a failed chunk.
+        PrepError: bad input paths, an output prep may not replace, a failed chunk.
     """
-    t0 = time.perf_counter()
-    s3 = cfg.s3.options().resolved()
-    opts = prepare_outputs(cfg, s3)
-    sources = list_sources(cfg.inputs, cfg.input_format, s3)
-    tokenizer = resolve_tokenizer(cfg.tokenizer)  # here: a bad tokenizer fails before Ray starts
-    if cfg.format == "sft" and cfg.sft.prompt_template is None:
-        SFTFormatter(tokenizer)  # fails now if there is no chat template
-    chunks = plan_chunks(sources, cfg.chunk_bytes, cfg.text_unit, s3)
-    ray_seconds = start_ray(cfg)
-    t_run = time.perf_counter()
-    results = run_chunks(chunks, TextChunkWorker(cfg, tokenizer, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
-    counts = total_counts(results, ("rows_read", "rows_written", "rows_rejected", "tokens"))
-    if counts["rows_read"] != counts["rows_accepted"] + counts["rows_rejected"]:
-        raise PrepError(f"row accounting failed: read {counts['rows_read']} != accepted {counts['rows_accepted']} + rejected {counts['rows_rejected']}")
-    metadata = {
-        "format": "prep.table/1",
-        "prep_version": prep.__version__,
-        "kind": cfg.kind,
-        "config": cfg.model_dump(mode="json", exclude={"s3"}),
-        "config_hash": config_hash(cfg),
-        "tokenizer": tokenizer.identity(),
-        "seq_len": cfg.pack.seq_len if cfg.pack else None,
-        "sources": [s.describe() for s in sources],
-        "counts": dict(sorted(counts.items())),
-        "rejects_uri": cfg.rejects_uri,
-    }
-    commit_outputs(results, schema=table_schema(cfg), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, metadata=metadata, storage_options=opts)
-    if cfg.overwrite:
-        drop_old_versions(cfg, s3)
-    t_end = time.perf_counter()
-    return {
-        "table": cfg.output,
-        "rejects": cfg.rejects_uri,
-        "kind": cfg.kind,
-        "chunks": len(chunks),
-        "sources": len(sources),
-        **{k: counts[k] for k in ("rows_read", "rows_written", "rows_rejected", "tokens", "tokens_trained")},
-        **({"pad_tokens": counts["pad_tokens"]} if cfg.pack else {}),
-        "seconds": {
-            "ray_init": round(ray_seconds, 2),
-            "job": round(t_end - t_run, 2),
-            "total": round(t_end - t0, 2),
-            "in_workers": round(sum(r.seconds for r in results), 2),
-        },
-        "counts": dict(counts),
-    }
+    return run_prepare(TextJob(cfg))
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -272,8 +254,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     s = summary
     lines = [
         f"wrote {s['table']} ({s['kind']})",
-        f"  rows: read {s['rows_read']:,} = written {s['rows_read'] - s['rows_rejected']:,} + rejected {s['rows_rejected']:,}"
-        + (f" -> {s['rows_written']:,} table rows" if s["rows_written"] != s["rows_read"] - s["rows_rejected"] else ""),
+        f"  rows: read {s['rows_read']:,} = written {s['rows_accepted']:,} + rejected {s['rows_rejected']:,}"
+        + (f" -> {s['rows_written']:,} table rows" if s["rows_written"] != s["rows_accepted"] else ""),
         f"  tokens: {s['tokens']:,} ({s['tokens_trained']:,} trained on)" + (f", {s['pad_tokens']:,} pad" if "pad_tokens" in s else ""),
         f"  rejects: {s['rejects']}",
         f"  time: {s['seconds']['total']}s (ray start {s['seconds']['ray_init']}s, job {s['seconds']['job']}s) over {s['chunks']} chunks of {s['sources']} files",

@@ -1,0 +1,164 @@
+"""The one driver every prepare job runs: plan, claim outputs, run chunks, commit, reconcile.
+
+A kind of job (text, images; audio or video frames next) is a :class:`PrepareJob`:
+it plans its inputs into chunks, names its chunk worker, its schema and its own
+metadata. Everything else is here, once: input checks before any output is
+touched, output ownership (:mod:`prep.prepare.outputs`), Ray, the ordered commit,
+row accounting measured on each side, old-version cleanup and the summary.
+
+Row accounting compares counts taken where they happen, never derived from each
+other: rows parsed and rows accepted (counted by the workers as they read and as
+they emit rows), rejected rows (counted in the committed rejects table) and table
+rows (counted in the committed table, against the rows the fragments hold).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+import prep
+from prep import lance_io, storage
+from prep.config import JobConfig, config_hash
+from prep.errors import PrepError
+from prep.prepare.job import ChunkResult, ChunkWorker, drop_old_versions, run_chunks, start_ray, total_counts
+from prep.prepare.outputs import claim_output
+from prep.prepare.rejects import REJECTS_SCHEMA
+
+__all__ = ["JobPlan", "PrepareJob", "run_prepare", "TABLE_FORMAT"]
+
+log = logging.getLogger(__name__)
+
+TABLE_FORMAT = "prep.table/1"
+REQUIRED_COUNTS = ("rows_read", "rows_accepted", "rows_rejected", "rows_written", "files_rejected")
+
+
+@dataclass
+class JobPlan:
+    """What a job decided on the driver before any output is touched.
+
+    Args:
+        chunks: the units of work, in output order.
+        sources: provenance of every input (uri, size, mtime or a listing digest).
+        details: anything the job's metadata and summary need later (labels, tokenizer...).
+    """
+
+    chunks: list[Any]
+    sources: list[dict[str, Any]]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class PrepareJob(Protocol):
+    """What a kind of prepare job provides; :func:`run_prepare` does the rest."""
+
+    name: str  # the command, e.g. "pretokenize": in the output marker and in messages
+
+    @property
+    def cfg(self) -> JobConfig: ...
+
+    def plan(self, s3: storage.S3Options) -> JobPlan:
+        """Lists and checks the inputs and cuts chunks; raises PrepError on bad input. Writes nothing."""
+
+    def worker(self, plan: JobPlan, s3: storage.S3Options) -> ChunkWorker:
+        """The picklable callable a Ray task runs on one chunk."""
+
+    def schema(self) -> pa.Schema:
+        """The table's Arrow schema."""
+
+    def metadata(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+        """The job's own metadata keys (kind, tokenizer, image shape...), merged into the common ones."""
+
+    def summary(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+        """The job's own summary keys (tokens, formats...), merged into the common ones."""
+
+
+def run_prepare(job: PrepareJob) -> dict[str, Any]:
+    """Runs ``job`` to a committed table and rejects table; returns the common summary.
+
+    Raises:
+        PrepError: bad inputs (before any output is touched), an output prep may not
+            replace, a failed chunk, or counts that do not reconcile.
+    """
+    cfg = job.cfg
+    t0 = time.perf_counter()
+    s3 = cfg.s3.options().resolved()
+    plan = job.plan(s3)  # inputs first: a typo in --input never reaches the output
+    for uri in (cfg.output, cfg.rejects_uri):
+        claim_output(uri, job.name, overwrite=cfg.overwrite, s3=s3)
+    opts = storage.lance_storage_options(cfg.output, s3)
+    ray_seconds = start_ray(cfg)
+    t_run = time.perf_counter()
+    results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
+    counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
+    metadata = {
+        "format": TABLE_FORMAT,
+        "prep_version": prep.__version__,
+        "config": cfg.model_dump(mode="json", exclude={"s3"}),
+        "config_hash": config_hash(cfg),
+        "sources": plan.sources,
+        "counts": counts,
+        "rejects_uri": cfg.rejects_uri,
+        **job.metadata(plan, counts),
+    }
+    commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
+                         rejects=cfg.rejects_uri, s3=s3)
+    if cfg.overwrite:
+        drop_old_versions(cfg, s3)
+    t_end = time.perf_counter()
+    return {
+        "table": cfg.output,
+        "rejects": cfg.rejects_uri,
+        "kind": metadata["kind"],
+        "chunks": len(plan.chunks),
+        "sources": len(plan.sources),
+        **{k: counts[k] for k in REQUIRED_COUNTS},
+        "seconds": {
+            "ray_init": round(ray_seconds, 2),
+            "job": round(t_end - t_run, 2),
+            "total": round(t_end - t0, 2),
+            "in_workers": round(sum(r.seconds for r in results), 2),
+        },
+        "counts": counts,
+        **job.summary(plan, counts),
+    }
+
+
+def commit_and_reconcile(
+    results: list[ChunkResult],
+    counts: dict[str, int],
+    *,
+    schema: pa.Schema,
+    metadata: dict[str, Any],
+    output: str,
+    rejects: str,
+    s3: storage.S3Options,
+) -> None:
+    """Commits the rejects, checks every count against its other side, then commits the table.
+
+    The table is committed last and only when the counts reconcile, so a
+    complete-looking table implies complete rejects and no lost rows.
+
+    Raises:
+        PrepError: a mismatch, naming both numbers; no new table version is committed.
+    """
+    rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
+    reject_fragments = [f for r in results for f in r.reject_fragments]
+    rej = lance_io.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata={"of": output}, storage_options=rejects_opts)
+    rejected_rows = rej.count_rows(filter="position != 'file'")
+    fragments = [f for r in results for f in r.fragments]
+    in_fragments = sum(f.physical_rows for f in fragments)
+    _check("rows read", counts["rows_read"], "rows accepted + rows in the rejects table", counts["rows_accepted"] + rejected_rows)
+    _check("rows the workers rejected", counts["rows_rejected"], f"rows in {rejects}", rejected_rows)
+    _check("files the workers rejected", counts["files_rejected"], f"files in {rejects}", rej.count_rows() - rejected_rows)
+    _check("rows the workers wrote", counts["rows_written"], "rows in the written fragments", in_fragments)
+    table = lance_io.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
+    _check("rows in the written fragments", in_fragments, f"rows committed to {output}", table.count_rows())
+
+
+def _check(left: str, a: int, right: str, b: int) -> None:
+    if a != b:
+        raise PrepError(f"row accounting failed: {left} = {a:,} but {right} = {b:,}; please report this, then rerun with --overwrite")
