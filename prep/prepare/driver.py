@@ -26,7 +26,7 @@ from prep import lance_io, storage
 from prep.config import JobConfig, config_hash
 from prep.errors import PrepError
 from prep.prepare.job import ChunkResult, ChunkWorker, drop_old_versions, run_chunks, start_ray, total_counts
-from prep.prepare.outputs import claim_output
+from prep.prepare.outputs import claim_outputs
 from prep.prepare.rejects import REJECTS_SCHEMA
 
 __all__ = ["JobPlan", "PrepareJob", "run_prepare", "TABLE_FORMAT"]
@@ -87,8 +87,7 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     t0 = time.perf_counter()
     s3 = cfg.s3.options().resolved()
     plan = job.plan(s3)  # inputs first: a typo in --input never reaches the output
-    for uri in (cfg.output, cfg.rejects_uri):
-        claim_output(uri, job.name, overwrite=cfg.overwrite, s3=s3)
+    claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite, s3=s3)
     opts = storage.lance_storage_options(cfg.output, s3)
     ray_seconds = start_ray(cfg)
     t_run = time.perf_counter()

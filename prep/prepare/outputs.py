@@ -30,7 +30,7 @@ import prep
 from prep import lance_io, storage
 from prep.errors import PrepError
 
-__all__ = ["MARKER", "OutputClaim", "inspect_output", "claim_output"]
+__all__ = ["MARKER", "OutputClaim", "inspect_output", "claim_outputs"]
 
 MARKER = "_prep_job.json"
 _LANCE_ENTRIES = {"data", "_versions", "_transactions", "_indices", "_deletions", "_refs"}
@@ -83,25 +83,28 @@ def inspect_output(uri: str, s3: storage.S3Options | None = None) -> OutputClaim
     return OutputClaim(uri, "leftovers")
 
 
-def claim_output(uri: str, job: str, *, overwrite: bool, s3: storage.S3Options | None = None) -> OutputClaim:
-    """Checks ``uri`` and makes it this job's: clears a dead job's leftovers, writes the marker.
+def claim_outputs(uris: list[str], job: str, *, overwrite: bool, s3: storage.S3Options | None = None) -> list[OutputClaim]:
+    """Checks every path in ``uris`` first, then makes each this job's: clears a dead
+    job's leftovers and writes the marker. Nothing is written unless all paths pass.
 
     Raises:
-        PrepError: the path holds something prep did not write, a table exists and
+        PrepError: a path holds something prep did not write, a table exists and
             ``overwrite`` is off, or the storage could not be read.
     """
-    claim = inspect_output(uri, s3)
-    if claim.state == "table" and not overwrite:
-        raise PrepError(f"{uri} already holds a table; pass --overwrite (or overwrite: true) to replace it")
-    if claim.state == "leftovers":
-        _clear_leftovers(uri, s3)
-    fs, path = storage.filesystem(uri, s3)
-    if not storage.is_remote(uri):
-        fs.makedirs(path, exist_ok=True)
-    marker = {"written_by": "prep", "prep_version": prep.__version__, "job": job,
-              "claimed": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    fs.pipe_file(posixpath.join(path, MARKER), json.dumps(marker, indent=2).encode())
-    return claim
+    claims = [inspect_output(uri, s3) for uri in uris]
+    for claim in claims:
+        if claim.state == "table" and not overwrite:
+            raise PrepError(f"{claim.uri} already holds a table; pass --overwrite (or overwrite: true) to replace it")
+    marker = json.dumps({"written_by": "prep", "prep_version": prep.__version__, "job": job,
+                         "claimed": datetime.now(timezone.utc).isoformat(timespec="seconds")}, indent=2).encode()
+    for claim in claims:
+        if claim.state == "leftovers":
+            _clear_leftovers(claim.uri, s3)
+        fs, path = storage.filesystem(claim.uri, s3)
+        if not storage.is_remote(claim.uri):
+            fs.makedirs(path, exist_ok=True)
+        fs.pipe_file(posixpath.join(path, MARKER), marker)
+    return claims
 
 
 def _clear_leftovers(uri: str, s3: storage.S3Options | None) -> None:

@@ -1,0 +1,157 @@
+"""Prepare jobs never destroy what prep did not write (issue 8, finding 1).
+
+Each case puts something at ``--output`` (or the rejects path) that a user could
+have there, runs the real command, and checks the files byte for byte afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import http.server
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import lance
+import pyarrow as pa
+import pytest
+
+from conftest import REPO
+from prep.cli import main as cli_main
+from prep.prepare.outputs import MARKER
+from test_images import HYMENOPTERA
+
+COMMANDS = {
+    "pretokenize": ["pretokenize", "--config", str(REPO / "configs" / "gsm8k-sft.yaml")],
+    "decode-images": ["decode-images", "--config", str(REPO / "configs" / "imagefolder.yaml")],
+}
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def user_folder(path: Path) -> dict[str, str]:
+    (path / "notes").mkdir(parents=True)
+    (path / "notes" / "thesis.md").write_text("three years of work\n")
+    (path / "data.jsonl").write_text('{"question": "mine", "answer": "mine"}\n')
+    return snapshot(path)
+
+
+def run_cli(command: str, *args: str, tokenizer_dir: str) -> int:
+    extra = ["--tokenizer", tokenizer_dir] if command == "pretokenize" else []
+    return cli_main([*COMMANDS[command], *extra, *args])
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("input_kind", ["missing", "valid"])
+def test_a_user_folder_at_output_survives_every_command_and_flag(command, overwrite, input_kind, tokenizer_dir, shared_data, tmp_path, capsys):
+    out = tmp_path / "my-project"
+    before = user_folder(out)
+    given = str(tmp_path / "missing.jsonl") if input_kind == "missing" else (
+        str(shared_data / "gsm8k" / "train.jsonl") if command == "pretokenize" else str(HYMENOPTERA))
+    code = run_cli(command, "--input", given, "--output", str(out), *(["--overwrite"] if overwrite else []), tokenizer_dir=tokenizer_dir)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "Traceback" not in err
+    assert ("input not found" in err) if input_kind == "missing" else ("holds files prep did not write" in err and str(out) in err)
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_user_folder_at_the_rejects_path_survives(command, tokenizer_dir, shared_data, tmp_path, capsys):
+    given = str(shared_data / "gsm8k" / "train.jsonl") if command == "pretokenize" else str(HYMENOPTERA)
+    before = user_folder(tmp_path / "out.rejects.lance")
+    assert run_cli(command, "--input", given, "--output", str(tmp_path / "out.lance"), tokenizer_dir=tokenizer_dir) == 2
+    assert "holds files prep did not write" in capsys.readouterr().err
+    assert snapshot(tmp_path / "out.rejects.lance") == before
+    assert not (tmp_path / "out.lance").exists()
+
+
+def test_a_lance_table_prep_did_not_write_is_never_replaced(tokenizer_dir, shared_data, tmp_path, capsys):
+    out = tmp_path / "theirs.lance"
+    lance.write_dataset(pa.table({"x": [1, 2, 3]}), out)
+    before = snapshot(out)
+    code = run_cli("pretokenize", "--input", str(shared_data / "gsm8k" / "train.jsonl"), "--output", str(out), "--overwrite",
+                   tokenizer_dir=tokenizer_dir)
+    assert code == 2 and "prep did not write" in capsys.readouterr().err
+    assert snapshot(out) == before and lance.dataset(out).count_rows() == 3
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_dead_jobs_leftovers_are_cleared_and_the_rerun_succeeds(tokenizer_dir, shared_data, tmp_path):
+    out = tmp_path / "o.lance"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "orphan.lance").write_bytes(b"half a fragment")
+    (out / MARKER).write_text('{"written_by": "prep"}')
+    src = tmp_path / "in.jsonl"
+    with open(shared_data / "gsm8k" / "train.jsonl") as f:
+        src.write_text("".join(next(f) for _ in range(50)))
+    assert run_cli("pretokenize", "--input", str(src), "--output", str(out), tokenizer_dir=tokenizer_dir) == 0
+    assert lance.dataset(out).count_rows() == 50
+    assert not (out / "data" / "orphan.lance").exists() and (out / MARKER).exists()
+
+
+class _DenyVersions(http.server.BaseHTTPRequestHandler):
+    """Forwards to the S3 endpoint, but answers 403 AccessDenied to anything naming ``_versions``."""
+
+    upstream: str = ""
+    denied = 0
+
+    def _handle(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if "_versions" in self.path:
+            type(self).denied += 1
+            payload = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code><Message>denied</Message></Error>"
+            self.send_response(403)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        up = urlsplit(self.upstream)
+        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
+        conn.request(self.command, self.path, body=body, headers={k: v for k, v in self.headers.items()})
+        resp = conn.getresponse()
+        data = resp.read()
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.s3
+@pytest.mark.usefixtures("ray_local")
+def test_an_s3_error_while_checking_the_output_is_an_error_and_deletes_nothing(s3_env, s3_bucket, tokenizer_dir, shared_data, tmp_path, monkeypatch, capsys):
+    import boto3
+
+    src = tmp_path / "in.jsonl"
+    with open(shared_data / "gsm8k" / "train.jsonl") as f:
+        src.write_text("".join(next(f) for _ in range(40)))
+    out = f"s3://{s3_bucket}/tables/gsm.lance"
+    assert run_cli("pretokenize", "--input", str(src), "--output", out, tokenizer_dir=tokenizer_dir) == 0
+    client = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    keys_before = sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket)["Contents"])
+
+    _DenyVersions.upstream = s3_env["AWS_ENDPOINT_URL"]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DenyVersions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+        capsys.readouterr()
+        code = run_cli("pretokenize", "--input", str(src), "--output", out, "--overwrite", tokenizer_dir=tokenizer_dir)
+    finally:
+        server.shutdown()
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot read the Lance table" in err and _DenyVersions.denied > 0
+    assert sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket)["Contents"]) == keys_before
