@@ -21,6 +21,7 @@ import numpy as np
 
 from prep import storage
 from prep.errors import PrepError
+from prep.prepare.listing import ListedFile, list_input, row_group_ranges
 from prep.prepare.rejects import Reject
 
 __all__ = ["SourceFile", "Chunk", "Records", "list_sources", "plan_chunks", "read_chunk", "InputFormat", "TextUnit"]
@@ -37,17 +38,10 @@ _READ_MORE = 1 << 16
 
 
 @dataclass(frozen=True)
-class SourceFile:
-    """One input file: its URI, its key (path relative to the input root, used for ids) and identity."""
+class SourceFile(ListedFile):
+    """A listed input file and the text format it is read as."""
 
-    uri: str
-    key: str
-    format: str
-    size: int
-    mtime: str
-
-    def describe(self) -> dict[str, Any]:
-        return {"uri": self.uri, "size": self.size, "mtime": self.mtime}
+    format: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,47 +78,18 @@ def _format_of(path: str, input_format: InputFormat) -> str | None:
     return _EXTENSIONS.get(os.path.splitext(path)[1].lower())
 
 
-def _has_glob(p: str) -> bool:
-    return any(ch in p for ch in "*?[")
-
-
 def list_sources(inputs: list[str], input_format: InputFormat = "auto", s3: storage.S3Options | None = None) -> list[SourceFile]:
-    """Expands files, directories (recursive) and globs into sorted :class:`SourceFile` s.
+    """Expands files, folders (recursive) and globs into sorted :class:`SourceFile` s
+    (the rules of :func:`prep.prepare.listing.list_input`), keeping the readable formats.
 
     Raises:
-        PrepError: a path does not exist, or a directory/glob matches no readable file.
+        PrepError: a path does not exist, or a folder/glob matches no readable file.
     """
+    want = input_format if input_format != "auto" else "/".join(sorted(_EXTENSIONS))
     found: list[SourceFile] = []
     for given in inputs:
-        fs, path = storage.filesystem(given, s3)
-        prefix = "s3://" if given.startswith("s3://") else ""
-        if _has_glob(path):
-            root = path[: min(path.find(c) for c in "*?[" if c in path)].rsplit("/", 1)[0]
-            paths = sorted(p for p in fs.glob(path) if fs.isfile(p))
-        elif fs.isdir(path):
-            root = path
-            paths = sorted(p for p in fs.find(path) if fs.isfile(p))
-        elif fs.exists(path):
-            root = os.path.dirname(path)
-            paths = [path]
-        else:
-            raise PrepError(f"input not found: {given}")
-        matched = [p for p in paths if _format_of(p, input_format) and not os.path.basename(p).startswith(".")]
-        if not matched:
-            want = input_format if input_format != "auto" else "/".join(sorted(_EXTENSIONS))
-            raise PrepError(f"input {given} holds no {want} files")
-        for p in matched:
-            info = fs.info(p)
-            mtime = info.get("mtime") or info.get("LastModified") or info.get("ETag") or ""
-            found.append(
-                SourceFile(
-                    uri=prefix + p if prefix else p,
-                    key=os.path.relpath(p, root) if root else p,
-                    format=_format_of(p, input_format) or "",
-                    size=int(info.get("size") or 0),
-                    mtime=str(mtime),
-                )
-            )
+        listing = list_input(given, s3, accept=lambda p: _format_of(p, input_format) is not None, what=f"{want} files")
+        found += [SourceFile(f.uri, f.key, f.size, f.mtime, _format_of(f.uri, input_format) or "") for f in listing.files]
     return found
 
 
@@ -151,17 +116,7 @@ def _parquet_chunks(src: SourceFile, chunk_bytes: int, s3: storage.S3Options | N
             meta = pq.ParquetFile(f).metadata
     except Exception as exc:
         raise PrepError(f"{src.uri}: not a readable Parquet file ({exc})") from None
-    chunks, start, size, first, row = [], 0, 0, 0, 0
-    for g in range(meta.num_row_groups):
-        rg = meta.row_group(g)
-        if g > start and size + rg.total_byte_size > chunk_bytes:
-            chunks.append(Chunk(src, start, g, "row groups", first))
-            start, size, first = g, 0, row
-        size += rg.total_byte_size
-        row += rg.num_rows
-    if meta.num_row_groups:
-        chunks.append(Chunk(src, start, meta.num_row_groups, "row groups", first))
-    return chunks
+    return [Chunk(src, start, end, "row groups", first) for start, end, first in row_group_ranges(meta, chunk_bytes)]
 
 
 def _read_line_range(chunk: Chunk, s3: storage.S3Options | None) -> tuple[bytes, int]:

@@ -25,6 +25,7 @@ from prep.prepare.images import shards, tables
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.labels import LabelMap
 from prep.prepare.ids import key_hash
+from prep.prepare.listing import Listing, list_input
 from prep.prepare.images.samples import FILE_KEY, Sample
 from prep.prepare.images.shards import TarChunk
 from prep.prepare.images.tables import ParquetChunk
@@ -68,45 +69,13 @@ class Plan:
     files: int = 0
 
 
-def _uri(given: str, path: str) -> str:
-    return "s3://" + path if given.startswith("s3://") else path
-
-
-def _hidden(rel: str) -> bool:
-    return any(part.startswith(".") for part in rel.split("/"))
-
-
-def _expand(given: str, s3: storage.S3Options | None) -> tuple[str, list[tuple[str, dict[str, Any]]], bool]:
-    """``(root, sorted [(path, info)], is_dir)`` for a directory, glob or file (hidden files skipped)."""
-    fs, path = storage.filesystem(given, s3)
-    if fs.isdir(path):  # an existing path wins over glob syntax ("photos [2020]/")
-        root, is_dir = path, True
-        found = fs.find(path, detail=True)
-    elif fs.exists(path):
-        root, is_dir = posixpath.dirname(path), False
-        found = {path: fs.info(path)}
-    elif any(c in path for c in "*?["):
-        root = path[: min(path.find(c) for c in "*?[" if c in path)].rsplit("/", 1)[0]
-        found = {p: fs.info(p) for p in fs.glob(path)}
-        is_dir = False
-    else:
-        raise PrepError(f"input not found: {given}")
-    files = [(p, i) for p, i in sorted(found.items()) if i.get("type", "file") == "file" and not _hidden(posixpath.relpath(p, root))]
-    if not files:
-        raise PrepError(f"input {given} holds no files")
-    return root, files, is_dir
-
-
-def _mtime(info: dict[str, Any]) -> str:
-    return str(info.get("mtime") or info.get("LastModified") or info.get("ETag") or "")
-
-
-def _infer_kind(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, Any]]], is_dir: bool, s3: storage.S3Options | None) -> str:
-    exts = {os.path.splitext(p)[1].lower() for p, _ in files}
+def _infer_kind(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | None) -> str:
+    given, is_dir = listing.given, listing.is_dir
+    exts = {os.path.splitext(f.uri)[1].lower() for f in listing.files}
     if exts == {".tar"}:
         return "webdataset"
     if exts == {".parquet"}:
-        names = tables.parquet_columns(_uri(given, files[0][0]), s3)
+        names = tables.parquet_columns(listing.files[0].uri, s3)
         if cfg.image_column in names:
             return "parquet"
         if cfg.path_column in names:
@@ -119,26 +88,24 @@ def _infer_kind(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, 
     raise PrepError(f"{given}: cannot tell the source kind from {sorted(exts)}; set source: imagefolder, manifest, webdataset or parquet")
 
 
-def _imagefolder(given: str, root: str, files: list[tuple[str, dict[str, Any]]], is_dir: bool) -> tuple[list[FileItem], dict[str, Any]]:
-    if not is_dir:
-        raise PrepError(f"input {given}: an ImageFolder input must be a directory of class folders (root/<class>/image)")
+def _imagefolder(listing: Listing) -> tuple[list[FileItem], dict[str, Any]]:
+    if not listing.is_dir:
+        raise PrepError(f"input {listing.given}: an ImageFolder input must be a directory of class folders (root/<class>/image)")
     items, digest, total = [], hashlib.sha256(), 0
-    for p, info in files:
-        rel = posixpath.relpath(p, root)
-        size = int(info.get("size") or 0)
-        total += size
-        digest.update(f"{rel}\0{size}\0{_mtime(info)}\n".encode())
-        if "/" not in rel:
-            items.append(FileItem(_uri(given, p), rel, size=size, problem="not inside a class folder (expected root/<class>/image)"))
+    for f in listing.files:
+        total += f.size
+        digest.update(f"{f.key}\0{f.size}\0{f.mtime}\n".encode())
+        if "/" not in f.key:
+            items.append(FileItem(f.uri, f.key, size=f.size, problem="not inside a class folder (expected root/<class>/image)"))
         else:
-            items.append(FileItem(_uri(given, p), rel, label=rel.split("/", 1)[0], size=size))
-    return items, {"uri": given, "files": len(files), "bytes": total, "listing_sha256": digest.hexdigest()}
+            items.append(FileItem(f.uri, f.key, label=f.key.split("/", 1)[0], size=f.size))
+    return items, {"uri": listing.given, "files": len(listing.files), "bytes": total, "listing_sha256": digest.hexdigest()}
 
 
-def _manifest(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, Any]]], s3: storage.S3Options | None) -> tuple[list[FileItem], list[dict[str, Any]]]:
+def _manifest(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | None) -> tuple[list[FileItem], list[dict[str, Any]]]:
     items, sources = [], []
-    for p, info in files:
-        uri = _uri(given, p)
+    for f in listing.files:
+        uri = f.uri
         rows = tables.read_manifest(uri, cfg.path_column, cfg.label_column, s3)
         base = cfg.image_root or posixpath.dirname(uri)
         for i, (path, label, problem) in enumerate(rows):
@@ -151,7 +118,7 @@ def _manifest(cfg: ImagesConfig, given: str, files: list[tuple[str, dict[str, An
             path = path.strip()
             target = path if "://" in path or os.path.isabs(path) else storage.join(base, path)
             items.append(FileItem(target, path, label=label))
-        sources.append({"uri": uri, "size": int(info.get("size") or 0), "mtime": _mtime(info), "rows": len(rows)})
+        sources.append({**f.describe(), "rows": len(rows)})
     return items, sources
 
 
@@ -185,38 +152,38 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> Plan:
             manifest/Parquet file lacks the configured columns.
     """
     s3 = s3 or cfg.s3.options().resolved()
-    expanded = [(given, *_expand(given, s3)) for given in cfg.inputs]
-    kinds = {cfg.source if cfg.source != "auto" else _infer_kind(cfg, g, f, d, s3) for g, _, f, d in expanded}
+    listings = [list_input(given, s3) for given in cfg.inputs]
+    kinds = {cfg.source if cfg.source != "auto" else _infer_kind(cfg, listing, s3) for listing in listings}
     if len(kinds) > 1:
         raise PrepError(f"inputs {cfg.inputs} mix source kinds {sorted(kinds)}; prepare them as separate tables")
     kind = kinds.pop()
     if kind in ("imagefolder", "manifest"):
         items: list[FileItem] = []
         sources: list[dict[str, Any]] = []
-        for given, root, files, is_dir in expanded:
+        for listing in listings:
             if kind == "imagefolder":
-                found, src = _imagefolder(given, root, files, is_dir)
+                found, src = _imagefolder(listing)
                 items += found
                 sources.append(src)
             else:
-                found, srcs = _manifest(cfg, given, files, s3)
+                found, srcs = _manifest(cfg, listing, s3)
                 items += found
                 sources += srcs
         labels = _labels(cfg, kind, [i.label for i in items if i.problem is None])
         return Plan(kind, _file_chunks(items, cfg), labels, sources, len(items))
-    described = [(_uri(g, p), posixpath.relpath(p, root), info) for g, root, files, _ in expanded for p, info in files]
+    described = [f for listing in listings for f in listing.files]
     if kind == "webdataset":
-        chunks = [TarChunk(uri, key) for uri, key, _ in described]
+        chunks = [TarChunk(f.uri, f.key) for f in described]
         labels = LabelMap(tuple(cfg.labels)) if cfg.labels is not None else LabelMap(None)
     else:
-        chunks = [c for uri, key, _ in described for c in tables.parquet_chunks(uri, key, cfg, s3)]
-        names = tables.parquet_label_names(uri=described[0][0], column=cfg.label_column, s3=s3)
+        chunks = [c for f in described for c in tables.parquet_chunks(f.uri, f.key, cfg, s3)]
+        names = tables.parquet_label_names(uri=described[0].uri, column=cfg.label_column, s3=s3)
         if cfg.labels is None and names is not None:
             labels = LabelMap(tuple(names))
         else:
-            raw = [x for uri, _, _ in described for x in tables.parquet_labels(uri, cfg.label_column, s3)]
+            raw = [x for f in described for x in tables.parquet_labels(f.uri, cfg.label_column, s3)]
             labels = _labels(cfg, kind, raw)
-    sources = [{"uri": uri, "size": int(info.get("size") or 0), "mtime": _mtime(info)} for uri, _, info in described]
+    sources = [f.describe() for f in described]
     return Plan(kind, chunks, labels, sources, len(described))
 
 

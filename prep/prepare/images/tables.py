@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from prep import storage
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
+from prep.prepare.listing import row_group_ranges
 from prep.prepare.ids import key_hash
 from prep.prepare.images.samples import ROW_KEY, Sample
 from prep.prepare.rejects import Reject
@@ -137,19 +138,8 @@ def parquet_chunks(uri: str, key: str, cfg: ImagesConfig, s3: storage.S3Options 
     """Row-group ranges of about ``chunk_bytes`` and at most ``images_per_chunk`` rows (one group at least)."""
     pf = _open(uri, s3)
     _require(uri, pf.schema_arrow.names, cfg.image_column, "image_column")
-    meta = pf.metadata
-    chunks, start, size, rows, first, row = [], 0, 0, 0, 0, 0
-    for g in range(meta.num_row_groups):
-        rg = meta.row_group(g)
-        if g > start and (size + rg.total_byte_size > cfg.chunk_bytes or rows + rg.num_rows > cfg.images_per_chunk):
-            chunks.append(ParquetChunk(uri, key, start, g, first))
-            start, size, rows, first = g, 0, 0, row
-        size += rg.total_byte_size
-        rows += rg.num_rows
-        row += rg.num_rows
-    if meta.num_row_groups:
-        chunks.append(ParquetChunk(uri, key, start, meta.num_row_groups, first))
-    return chunks
+    ranges = row_group_ranges(pf.metadata, cfg.chunk_bytes, cfg.images_per_chunk)
+    return [ParquetChunk(uri, key, start, end, first) for start, end, first in ranges]
 
 
 def parquet_label_names(uri: str, column: str | None, s3: storage.S3Options | None) -> list[str] | None:
