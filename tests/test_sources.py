@@ -97,3 +97,12 @@ def test_parquet_row_groups_are_chunked_with_global_row_positions(tmp_path):
     assert len(chunks) > 1
     positions = np.concatenate([read_chunk(c).positions for c in chunks])
     assert positions.tolist() == list(range(40))
+
+
+@pytest.mark.parametrize("unit", ["line", "paragraph", "file"])
+def test_a_byte_order_mark_is_not_part_of_the_first_text_row(unit, tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbfFirst words.\r\nmore\n")
+    (src,) = list_sources([str(path)], "text")
+    rows = read_chunk(plan_chunks([src], 1 << 20, unit)[0], None, unit).rows
+    assert rows[0].startswith("First words.")

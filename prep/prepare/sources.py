@@ -184,8 +184,8 @@ def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Re
             blank += 1
             continue
         try:
-            if as_text:
-                value: Any = line.rstrip(b"\r").decode("utf-8")
+            if as_text:  # utf-8-sig: a byte-order mark opening the file is not text
+                value: Any = line.rstrip(b"\r").decode("utf-8-sig" if i == 0 and offset == 0 else "utf-8")
             else:
                 value = json.loads(line)
                 if not isinstance(value, dict):
@@ -301,7 +301,7 @@ def _read_text_blocks(chunk: Chunk, s3: storage.S3Options | None, unit: TextUnit
             pos = m.end()
         pieces.append((pos, data[pos:]))
         pieces = [(p, t) for p, t in pieces if t.strip()]
-    rows = [t.decode("utf-8") for _, t in pieces]
+    rows = [t.decode("utf-8-sig" if p == 0 else "utf-8") for p, t in pieces]  # a byte-order mark is not text
     positions = np.asarray([p for p, _ in pieces], np.int64)
     recs = Records(rows, positions)
     recs.where = [f"byte {p}" for p in positions]
