@@ -246,7 +246,8 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
                 rows, checksum = dataset_checksum(uri, storage.lance_storage_options(uri, s3))
                 got_ids = _ids(uri, s3) if has_ids else None
             except (PrepError, OSError, ValueError) as exc:  # a missing or damaged data file is a finding
-                report.problems.append(f"{where}: {uri} cannot be read ({one_line(exc)}): rerun materialize-shuffle to rewrite it")
+                what = "is missing" if not storage.exists(uri, s3) else f"cannot be read ({one_line(exc)})"
+                report.problems.append(f"{where}: {uri} {what}: rerun materialize-shuffle to rewrite it")
                 continue
             total += rows
             report.rows += rows

@@ -143,7 +143,7 @@ def read_manifest(path: str, s3: storage.S3Options | None = None) -> dict[str, A
         if storage.exists(storage.join(path, JOB_FILE), s3):
             hint = " (a run was started there but has not finished: rerun it)"
         elif storage.exists(storage.join(path, "_versions"), s3):
-            hint = " (it is a Lance table: materialize it, or pass plan=... to read a prepared table directly)"
+            hint = " (it is a Lance table: pass plan=... to read a prepared table directly, or materialize it)"
         raise PrepError(
             f"{path} is not a materialized output: no {MANIFEST}{hint}; run `prep materialize-shuffle --output {path}` "
             "(the manifest is written last, so a crashed run has none)"
