@@ -11,7 +11,6 @@ The one place that turns an error into what the user sees. Codes:
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import sys
 import traceback
@@ -19,11 +18,9 @@ from typing import NoReturn, Sequence
 
 from prep.errors import PrepError, one_line
 
-__all__ = ["OK", "MISMATCH", "UNUSABLE", "BUG", "OneLineParser", "epilog", "fail"]
+__all__ = ["OK", "MISMATCH", "UNUSABLE", "BUG", "OneLineParser", "at_least", "epilog", "fail"]
 
 OK, MISMATCH, UNUSABLE, BUG = 0, 1, 2, 3
-
-log = logging.getLogger("prep.cli")
 
 
 def epilog(*, mismatch: bool = False) -> str:

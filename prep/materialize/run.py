@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from prep import __version__ as prep_version
 from prep import lance_io, plan, storage
-from prep.errors import PrepError
+from prep.errors import PrepError, one_line
 from prep.materialize.gather import _gather_mode, _gather_pieces
 from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset, _run_task
 from prep.materialize.layout import FORMAT, JOB_FILE, JOB_NAME, MANIFEST, WORK, owned_entries, read_json_file, read_manifest
@@ -241,7 +241,7 @@ def materialize_shuffle(
             for ref in refs:
                 ray.cancel(ref)
             cause = exc.cause if isinstance(getattr(exc, "cause", None), PrepError) else None
-            raise PrepError(str(cause) if cause else str(exc).splitlines()[-1]) from None
+            raise PrepError(str(cause) if cause else one_line(str(exc).splitlines()[-1])) from None
         log.info("wrote %d splits in %.1fs", len(todo), time.time() - t0)
     manifest = _manifest(job, source, run_epochs, done, s3)
     storage.write_json_atomic(storage.join(output, MANIFEST), manifest, s3)
