@@ -1,6 +1,13 @@
-"""The one exception type users are meant to read."""
+"""The one exception type users are meant to read, and the helper that makes any error one line."""
 
-__all__ = ["PrepError"]
+from __future__ import annotations
+
+import re
+
+__all__ = ["PrepError", "one_line"]
+
+# Lance (Rust) appends where in its own build an error was raised: ", /home/runner/.../local.rs:273:40"
+_RUST_SOURCE = re.compile(r",?\s*\(?[^\s,()]*\.rs:\d+(?::\d+)?\)?")
 
 
 class PrepError(Exception):
@@ -9,3 +16,21 @@ class PrepError(Exception):
     The message names the file, key or row and says what to do; the CLI prints it
     as a single line instead of a traceback.
     """
+
+
+def one_line(error: BaseException | str, limit: int = 400) -> str:
+    """The first non-empty line of an error, without Lance's internal source paths.
+
+    Lance and Arrow errors carry multi-line text and paths into the Rust sources
+    Lance was built from, which mean nothing to a user; every message prep prints
+    or wraps goes through here.
+
+    >>> one_line("Not found: /d/x.lance, /home/runner/work/lance/rust/lance-io/src/local.rs:273:40\\nmore")
+    'Not found: /d/x.lance'
+    """
+    text = str(error)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    first = _RUST_SOURCE.sub("", first).strip()
+    if not first and isinstance(error, BaseException):
+        first = type(error).__name__
+    return first if len(first) <= limit else first[: limit - 3] + "..."

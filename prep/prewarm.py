@@ -7,6 +7,10 @@ instead of the remote output. Each copied split is re-checksummed against the
 manifest before it counts; a ``split-SSSSS.done.json`` beside it records that, so
 running prewarm again copies only what is missing or damaged. The manifest is
 written last.
+
+``CACHE/_prep_cache.json`` is written first and marks the directory as prewarm's:
+a non-empty ``--cache`` without it is refused (whatever the flags), and
+``--overwrite`` removes only the files of the layout above, never anything else.
 """
 
 from __future__ import annotations
@@ -19,26 +23,74 @@ import uuid
 from typing import Any, Sequence
 
 from prep import lance_io, storage, world
-from prep.errors import PrepError
+from prep.errors import PrepError, one_line
 from prep.materialize import MANIFEST, read_manifest, split_path
+from prep.materialize.layout import owned_entries, read_json_file
 from prep.verify import dataset_checksum
 
 __all__ = ["prewarm"]
 
 log = logging.getLogger(__name__)
 
+CACHE_MARKER = "_prep_cache.json"
+_JOB = "prep prewarm"
+
 
 def _copy_tree(src: str, dest: str, s3: storage.S3Options) -> int:
+    """Copies a split dataset beside ``dest``, then moves it into place; returns its bytes."""
     fs, path = storage.filesystem(src, s3)
     tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"
-    if storage.is_remote(src):
-        fs.get(path.rstrip("/") + "/", tmp, recursive=True)
-    else:
-        shutil.copytree(path, tmp)
+    try:
+        if storage.is_remote(src):
+            fs.get(path.rstrip("/") + "/", tmp, recursive=True)
+        else:
+            shutil.copytree(path, tmp)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise PrepError(f"{src} cannot be copied ({one_line(exc)}): run `prep verify` on the output") from None
     if os.path.exists(dest):
         shutil.rmtree(dest)
     os.replace(tmp, dest)
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(dest) for f in files)
+
+
+def _claim_cache(cache: str, source: str, fingerprint: str, overwrite: bool) -> None:
+    """Makes ``cache`` prewarm's for this materialization, touching nothing prewarm did not write.
+
+    Raises:
+        PrepError: ``cache`` is a file, a non-empty directory without prewarm's
+            marker, or prewarm's cache of another materialization (without ``overwrite``).
+    """
+    fix = "choose an empty or new --cache (prep never deletes what it did not write)"
+    if os.path.exists(cache) and not os.path.isdir(cache):
+        raise PrepError(f"--cache {cache} is a file, not a directory: {fix}")
+    marker = os.path.join(cache, CACHE_MARKER)
+    if os.path.isdir(cache) and os.listdir(cache):
+        if not os.path.exists(marker):
+            raise PrepError(f"--cache {cache} is not empty and is not a prep prewarm cache (no {CACHE_MARKER}): {fix}")
+        old = read_json_file(marker, None, fix)
+        if not isinstance(old, dict) or old.get("job") != _JOB:
+            raise PrepError(f"{marker} was not written by {_JOB}: {fix}")
+        if old.get("fingerprint") != fingerprint:
+            if not overwrite:
+                raise PrepError(
+                    f"cache {cache} holds materialization {old.get('fingerprint')}, not {fingerprint} "
+                    f"of {source}; pass --overwrite or use another --cache"
+                )
+            _remove_owned(cache)
+    storage.write_json_atomic(marker, {"job": _JOB, "source": source, "fingerprint": fingerprint})
+
+
+def _remove_owned(cache: str) -> None:
+    """Removes prewarm's files (the materialized layout) from ``cache``; anything else stays."""
+    top = os.listdir(cache)
+    inside = {d: os.listdir(os.path.join(cache, d)) for d in top if os.path.isdir(os.path.join(cache, d))}
+    for rel in owned_entries(top, inside, names=(MANIFEST,)):
+        full = os.path.join(cache, rel)
+        shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
+    for d in inside:
+        if os.path.isdir(os.path.join(cache, d)) and not os.listdir(os.path.join(cache, d)):
+            os.rmdir(os.path.join(cache, d))
 
 
 def prewarm(
@@ -82,15 +134,7 @@ def prewarm(
         raise PrepError(f"epochs {missing} are not in {path} (it has {sorted(by_epoch)}); materialize them first")
     cache = os.path.abspath(cache)
     cached_manifest = os.path.join(cache, MANIFEST)
-    if os.path.exists(cached_manifest):
-        old = storage.read_json(cached_manifest)
-        if old.get("fingerprint") != manifest["fingerprint"]:
-            if not overwrite:
-                raise PrepError(
-                    f"cache {cache} holds materialization {old.get('fingerprint')}, not {manifest['fingerprint']} "
-                    f"of {path}; pass --overwrite or use another --cache"
-                )
-            shutil.rmtree(cache)
+    _claim_cache(cache, path, manifest["fingerprint"], overwrite)
     summary = {"cache": cache, "rank": rank, "world_size": world_size, "splits": list(splits), "epochs": wanted,
                "copied": 0, "cached": 0, "bytes": 0}
     for e in wanted:
@@ -101,13 +145,22 @@ def prewarm(
             dest = os.path.join(cache, rel)
             marker = dest[: -len(".lance")] + ".done.json"
             if os.path.exists(marker) and os.path.isdir(dest):
-                rec = storage.read_json(marker)
+                try:
+                    rec = storage.read_json(marker)
+                except ValueError:  # a damaged record: copy the split again
+                    rec = {}
                 if rec.get("checksum") == sp["checksum"] and rec.get("fingerprint") == manifest["fingerprint"]:
                     summary["cached"] += 1
                     continue
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             summary["bytes"] += _copy_tree(storage.join(path, rel), dest, s3)
-            rows, checksum = dataset_checksum(dest)
+            try:
+                rows, checksum = dataset_checksum(dest)
+            except (OSError, ValueError) as exc:
+                lance_io.remove_table(dest)
+                raise PrepError(
+                    f"{storage.join(path, rel)} cannot be read ({one_line(exc)}): run `prep verify {path}`"
+                ) from None
             if rows != sp["num_rows"] or checksum != sp["checksum"]:
                 lance_io.remove_table(dest)
                 raise PrepError(

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prep import lance_io, plan, storage
-from prep.errors import PrepError
+from prep.errors import PrepError, one_line
 
 __all__ = ["Checksum", "table_checksum", "dataset_checksum", "Report", "verify"]
 
@@ -149,6 +149,12 @@ def _id_sums(ids: np.ndarray) -> np.ndarray:
         return np.array([len(ids), a.sum(dtype=np.uint64), mix64(a).sum(dtype=np.uint64)], dtype=np.uint64)
 
 
+def _ids(uri: str, s3: storage.S3Options | None) -> np.ndarray:
+    """The ``id`` column of a split dataset, in order."""
+    ds = lance_io.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
+    return ds.to_table(columns=["id"]).column("id").to_numpy()
+
+
 @dataclass
 class Report:
     """What :func:`verify` checked and found."""
@@ -191,7 +197,9 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
         A :class:`Report`; ``report.ok`` is False on any mismatch.
 
     Raises:
-        PrepError: when there is no manifest, or the source table is gone.
+        PrepError: when there is no manifest, a manifest that breaks the format, or the
+            source table is gone. A split that is missing or cannot be read is a problem
+            in the report, not an error.
     """
     from prep import materialize as mat
 
@@ -236,8 +244,10 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
                 report.problems.append(f"{where}: manifest says {sp['num_rows']} rows, the plan {planned}")
             try:
                 rows, checksum = dataset_checksum(uri, storage.lance_storage_options(uri, s3))
-            except PrepError as exc:
-                report.problems.append(f"{where}: {exc}")
+                got_ids = _ids(uri, s3) if has_ids else None
+            except (PrepError, OSError, ValueError) as exc:  # a missing or damaged data file is a finding
+                what = "is missing" if not storage.exists(uri, s3) else f"cannot be read ({one_line(exc)})"
+                report.problems.append(f"{where}: {uri} {what}: rerun materialize-shuffle to rewrite it")
                 continue
             total += rows
             report.rows += rows
@@ -246,8 +256,6 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
             if checksum != sp["checksum"]:
                 report.problems.append(f"{where}: checksum {checksum[:12]}... != manifest {sp['checksum'][:12]}...")
             if has_ids:
-                got = lance_io.open_table(uri, storage_options=storage.lance_storage_options(uri, s3)).to_table(columns=["id"])
-                got_ids = got.column("id").to_numpy()
                 sums += _id_sums(got_ids)  # uint64 arrays wrap: a sum mod 2^64
                 positions = plan.split_rows(
                     num_rows=selected, num_splits=p["num_splits"], split=sp["split"], epoch=epoch,

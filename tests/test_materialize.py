@@ -237,7 +237,7 @@ def test_filter_syntax_error_is_a_clear_error(gsm, tmp_path):
 def test_zero_splits_is_refused_by_the_cli(gsm, tmp_path, capsys):
     code = cli_main(["materialize-shuffle", "--table", gsm, "--output", str(tmp_path / "o"), "--epochs", "1", "--splits", "0"])
     assert code == 2
-    assert "num_splits=0 must be >= 1" in capsys.readouterr().err
+    assert "argument --splits: 0 must be >= 1" in capsys.readouterr().err
 
 
 def test_output_holding_a_different_plan_is_refused_unless_overwrite(synthetic, tmp_path):
@@ -249,8 +249,33 @@ def test_output_holding_a_different_plan_is_refused_unless_overwrite(synthetic, 
     assert m["plan"]["seed"] == 1 and verify(out).ok
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
-    with pytest.raises(PrepError, match="holds no prep plan"):
-        materialize_shuffle(table=synthetic, output=str(tmp_path / "other"), epochs=1)
+    for overwrite in (False, True):
+        with pytest.raises(PrepError, match="is not empty and holds no prep materialized output"):
+            materialize_shuffle(table=synthetic, output=str(tmp_path / "other"), epochs=1, overwrite=overwrite)
+    assert os.listdir(tmp_path / "other") == ["notes.txt"]
+
+
+def test_overwrite_and_extending_remove_only_what_materialize_wrote(synthetic, tmp_path):
+    out = tmp_path / "out"
+    materialize_shuffle(table=synthetic, output=str(out), epochs=1, splits=4, seed=0)
+    mine = {"notes.txt": b"keep", "epoch-00000/split-00000.csv": b"mine", "epoch-00009/x": b"mine too"}
+    for rel, data in mine.items():
+        (out / rel).parent.mkdir(exist_ok=True)
+        (out / rel).write_bytes(data)
+    materialize_shuffle(table=synthetic, output=str(out), epochs=2, splits=4, seed=0)  # extends: adds epoch 1
+    m = materialize_shuffle(table=synthetic, output=str(out), epochs=1, splits=4, seed=1, start_epoch=3, overwrite=True)
+    assert [e["epoch"] for e in m["epochs"]] == [3] and verify(str(out)).ok
+    assert {rel: (out / rel).read_bytes() for rel in mine} == mine
+    assert not (out / "epoch-00001").exists() and sorted(os.listdir(out / "epoch-00000")) == ["split-00000.csv"]
+
+
+def test_a_damaged_done_record_is_rewritten_not_trusted(synthetic, tmp_path):
+    out = tmp_path / "out"
+    first = materialize_shuffle(table=synthetic, output=str(out), epochs=1, splits=4)
+    (out / "epoch-00000" / "split-00002.done.json").write_text("{")
+    (out / "manifest.json").unlink()
+    again = materialize_shuffle(table=synthetic, output=str(out), epochs=1, splits=4)
+    assert checksums(again) == checksums(first) and verify(str(out)).ok
 
 
 def test_source_that_changed_version_is_noticed(tmp_path, capsys):

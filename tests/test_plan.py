@@ -206,3 +206,52 @@ def test_assign_rows_agrees_with_split_rows(strategy):
         want[rows] = s
     got = plan.assign_rows(positions=np.arange(n), num_rows=n, num_splits=splits, strategy=strategy, clump=clump, hash_keys=_keys(n))
     assert np.array_equal(got, want)
+
+
+# (rows, splits, clump): the reported case (119,568 rows, 32 splits, clump 64: sizes 3,664..3,776),
+# a short table block with every split holding the same number of full blocks, a table smaller than a clump
+CLUMP_SHAPES = [(119_568, 32, 64), (32 * 64 + 5, 32, 64), (1003, 48, 4), (97, 3, 10), (50, 4, 64), (4096, 48, 64)]
+
+
+@pytest.mark.parametrize("strategy", ["random", "round-robin", "sequential"])
+@pytest.mark.parametrize("n,splits,clump", CLUMP_SHAPES)
+def test_split_sizes_differ_by_at_most_one_clump(strategy, n, splits, clump):
+    """docs/materialize.md: sizes differ by at most one clump, so at most S*clump rows are dropped per epoch."""
+    for seed in (0, 1, 7):
+        sizes = [
+            plan.split_size(num_rows=n, num_splits=splits, split=s, strategy=strategy, seed=seed, clump=clump)
+            for s in range(splits)
+        ]
+        assert sum(sizes) == n
+        assert max(sizes) - min(sizes) <= clump, (seed, min(sizes), max(sizes))
+
+
+@pytest.mark.parametrize("strategy", ["random", "round-robin"])
+def test_split_sizes_differ_by_the_partial_clump_when_full_clumps_divide_evenly(strategy):
+    """With S dividing the number of full clumps, only the table's partial clump makes sizes differ."""
+    n, splits, clump = 32 * 64 * 3 + 5, 32, 64
+    sizes = [plan.split_size(num_rows=n, num_splits=splits, split=s, strategy=strategy, clump=clump) for s in range(splits)]
+    assert max(sizes) - min(sizes) == 5
+
+
+def test_hash_split_sizes_do_not_depend_on_the_clump():
+    """``hash``: sizes follow the keys (binomial spread); clumps only regroup a split's own rows."""
+    n, splits = 5003, 8
+
+    def sizes(clump: int) -> list[int]:
+        return [plan.split_size(num_rows=n, num_splits=splits, split=s, strategy="hash", clump=clump, hash_keys=_keys(n))
+                for s in range(splits)]
+
+    assert sizes(1) == sizes(64) == sizes(1000)
+
+
+def test_random_plan_without_a_partial_clump_is_unchanged():
+    """Plans whose rows fill whole clumps (every clump-1 plan) keep the membership they always had."""
+    n, splits, clump = 4096, 48, 64
+    blocks = n // clump
+    keys = permutation.keys(permutation.ASSIGN, 0)
+    for s in (0, 17, 47):
+        lo, hi = s * blocks // splits, (s + 1) * blocks // splits
+        want = np.sort(np.concatenate([np.arange(b * clump, (b + 1) * clump) for b in permutation.permute(np.arange(lo, hi), blocks, keys)] or [np.zeros(0, np.int64)]))
+        got = np.sort(plan.split_rows(num_rows=n, num_splits=splits, split=s, epoch=0, strategy="random", clump=clump))
+        assert np.array_equal(got, want)

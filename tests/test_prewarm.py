@@ -60,13 +60,38 @@ def test_prewarm_refuses_a_world_size_that_does_not_divide_the_splits(materializ
 def test_prewarm_refuses_a_cache_of_another_materialization(materialized, tmp_path):
     cache = tmp_path / "cache"
     prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[0])
-    m = (cache / "manifest.json").read_text().replace('"fingerprint": "', '"fingerprint": "x')
-    (cache / "manifest.json").write_text(m)
+    m = (cache / "_prep_cache.json").read_text().replace('"fingerprint": "', '"fingerprint": "x')
+    (cache / "_prep_cache.json").write_text(m)
     with pytest.raises(PrepError, match="holds materialization x"):
         prewarm(materialized, cache=str(cache), rank=0, world_size=8)
     assert prewarm(materialized, cache=str(cache), rank=0, world_size=8, overwrite=True)["copied"] == 2
     with pytest.raises(PrepError, match=r"epochs \[7\] are not in"):
         prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[7])
+
+
+def test_prewarm_overwrite_removes_only_what_prewarm_wrote(materialized, tmp_path):
+    cache = tmp_path / "cache"
+    prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[0])
+    mine = {"notes.txt": b"keep", "epoch-00000/my-split.bin": b"mine", "_work": b"not prewarm's"}
+    for rel, data in mine.items():
+        (cache / rel).write_bytes(data)
+    m = (cache / "_prep_cache.json").read_text().replace('"fingerprint": "', '"fingerprint": "x')
+    (cache / "_prep_cache.json").write_text(m)
+    assert prewarm(materialized, cache=str(cache), rank=1, world_size=8, epochs=[1], overwrite=True)["copied"] == 1
+    assert _cached(cache) == [split_path(1, 1)]
+    assert {rel: (cache / rel).read_bytes() for rel in mine} == mine
+
+
+def test_prewarm_refuses_a_non_empty_cache_it_did_not_write(materialized, tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "epoch-00000").mkdir(parents=True)
+    (cache / "epoch-00000" / "split-00000.lance").write_bytes(b"mine")
+    (cache / "manifest.json").write_text("{}")
+    for overwrite in (False, True):
+        with pytest.raises(PrepError, match=r"--cache .* is not empty and is not a prep prewarm cache"):
+            prewarm(materialized, cache=str(cache), overwrite=overwrite)
+    assert (cache / "epoch-00000" / "split-00000.lance").read_bytes() == b"mine"
+    assert (cache / "manifest.json").read_text() == "{}"
 
 
 @pytest.mark.s3

@@ -101,7 +101,7 @@ def test_verify_fails_when_a_split_is_missing(materialized):
     shutil.rmtree(os.path.join(materialized, split_path(0, 3)))
     report = verify(materialized)
     assert not report.ok
-    assert any("epoch 0 split 3: no Lance table" in p for p in report.problems)
+    assert any("epoch 0 split 3: " in p and "split-00003.lance is missing" in p for p in report.problems)
     assert any("epoch 0: " in p and "rows, 800 selected rows expected" in p for p in report.problems)
 
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import time
 
+from prep.cli.exits import at_least
+
 __all__ = ["register"]
 
 
@@ -22,23 +24,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--table", required=True, help="prepared Lance table (local path or s3://)")
     p.add_argument("--output", required=True, help="output directory (local path or s3://)")
-    p.add_argument("--epochs", type=int, required=True, help="number of epochs to write")
-    p.add_argument("--splits", type=int, default=48, help="number of splits (default 48: any world size dividing 48)")
+    p.add_argument("--epochs", type=at_least(1), required=True, help="number of epochs to write")
+    p.add_argument("--splits", type=at_least(1), default=48, help="number of splits (default 48: any world size dividing 48)")
     p.add_argument("--strategy", default="random", choices=["random", "hash", "sequential", "round-robin"],
                    help="how rows are assigned to splits (default random)")
     p.add_argument("--hash-columns", type=_names, default=["id"], help="comma-separated columns for --strategy hash (default id)")
-    p.add_argument("--clump", type=int, default=1, help="rows per shuffled block (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="plan seed (default 0)")
+    p.add_argument("--clump", type=at_least(1), default=1, help="rows per shuffled block (default 1)")
+    p.add_argument("--seed", type=at_least(0), default=0, help="plan seed (default 0)")
     p.add_argument("--filter", help="Lance SQL filter: only matching rows are materialized, e.g. \"length <= 2048\"")
     p.add_argument("--columns", type=_names, help="comma-separated columns to write (default: all)")
-    p.add_argument("--start-epoch", type=int, default=0, help="first epoch to write (default 0)")
+    p.add_argument("--start-epoch", type=at_least(0), default=0, help="first epoch to write (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an output that holds a different plan")
-    p.add_argument("--read-rows", type=int, default=16384, help="rows per read and per written batch (default 16384)")
+    p.add_argument("--read-rows", type=at_least(1), default=16384, help="rows per read and per written batch (default 16384)")
     p.add_argument("--lance-format", default="2.0", choices=["2.0", "2.1", "2.2", "stable"],
                    help="Lance data storage version of the splits (default 2.0: fastest to write and scan, "
                    "uncompressed; 2.2 is ~2.5x smaller, for object storage)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else start a local Ray)")
-    p.add_argument("--num-cpus", type=int, help="CPUs of a local Ray (default: all)")
+    p.add_argument("--num-cpus", type=at_least(1), help="CPUs of a local Ray (default: all)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=run)
 

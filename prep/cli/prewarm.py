@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import argparse
 
+from prep.cli.exits import at_least
+
 __all__ = ["register"]
+
+
+def epoch_list(text: str) -> list[int]:
+    """``--epochs 0,2``: comma-separated epoch numbers (>= 0)."""
+    return [at_least(0)(x.strip()) for x in text.split(",") if x.strip()]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prewarm", help="copy one rank's split datasets (+ manifest) to a local cache, verified")
     p.add_argument("path", help="materialized output directory (local path or s3://)")
     p.add_argument("--cache", required=True, help="local cache directory (laid out like the output)")
-    p.add_argument("--rank", type=int, help="this rank (default: RANK, else 0)")
-    p.add_argument("--world-size", type=int, help="number of ranks (default: WORLD_SIZE, else 1)")
-    p.add_argument("--epochs", type=lambda v: [int(x) for x in v.split(",") if x.strip()],
+    p.add_argument("--rank", type=at_least(0), help="this rank (default: RANK, else 0)")
+    p.add_argument("--world-size", type=at_least(1), help="number of ranks (default: WORLD_SIZE, else 1)")
+    p.add_argument("--epochs", type=epoch_list,
                    help="comma-separated epochs to copy (default: all in the manifest)")
     p.add_argument("--overwrite", action="store_true", help="replace a cache that holds a different materialization")
     p.set_defaults(func=run)

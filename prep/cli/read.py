@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prep.cli.exits import at_least
+
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("read", help="print the row ids in each batch of one rank (checks a materialized output)")
     p.add_argument("path", help="a materialized output (directory with manifest.json)")
-    p.add_argument("--epoch", type=int, default=0, help="epoch to read (default 0)")
-    p.add_argument("--rank", type=int, default=None, help="rank (default: RANK or 0)")
-    p.add_argument("--world-size", type=int, default=None, help="world size (default: WORLD_SIZE or 1)")
-    p.add_argument("--global-batch-size", type=int, required=True, help="rows per global step (a multiple of the splits)")
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
+    p.add_argument("--epoch", type=at_least(0), default=0, help="epoch to read (default 0)")
+    p.add_argument("--rank", type=at_least(0), default=None, help="rank (default: RANK or 0)")
+    p.add_argument("--world-size", type=at_least(1), default=None, help="world size (default: WORLD_SIZE or 1)")
+    p.add_argument("--global-batch-size", type=at_least(1), required=True, help="rows per global step (a multiple of the splits)")
+    p.add_argument("--max-steps", type=at_least(0), default=None, help="stop after this many steps")
     p.add_argument("--ids-only", action="store_true", help="one line per step: the step number, then the row ids")
     p.set_defaults(func=run)
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from prep.cli.exits import MISMATCH, OK
 
 __all__ = ["register"]
 
@@ -19,4 +22,8 @@ def run(args: argparse.Namespace) -> int:
 
     report = verify(args.path, check_ids=not args.no_ids)
     print("\n".join(report.lines()))
-    return 0 if report.ok else 1
+    if report.ok:
+        return OK
+    more = f" (and {len(report.problems) - 1} more, listed above)" if len(report.problems) > 1 else ""
+    print(f"prep verify: {args.path}: FAILED: {report.problems[0]}{more}", file=sys.stderr)
+    return MISMATCH

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prep import lance_io, storage
-from prep.errors import PrepError
+from prep.errors import PrepError, one_line
 
 __all__ = ["DEFAULT_LANCE_FORMAT", "Job", "job_for_manifest"]
 
@@ -88,4 +88,4 @@ def _run_task(fn, where: str, *args):
     except PrepError as exc:
         raise PrepError(f"{where}: {exc}") from None
     except Exception as exc:  # wrapped with where it happened, re-raised in the driver
-        raise PrepError(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}") from exc
+        raise PrepError(f"{where}: {type(exc).__name__}: {one_line(exc, limit=300)}") from exc

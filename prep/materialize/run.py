@@ -16,10 +16,10 @@ from typing import Any, Sequence
 
 from prep import __version__ as prep_version
 from prep import lance_io, plan, storage
-from prep.errors import PrepError
+from prep.errors import PrepError, one_line
 from prep.materialize.gather import _gather_mode, _gather_pieces
 from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset, _run_task
-from prep.materialize.layout import FORMAT, MANIFEST, PLAN_FILE, WORK
+from prep.materialize.layout import FORMAT, JOB_FILE, JOB_NAME, MANIFEST, WORK, owned_entries, read_json_file, read_manifest
 from prep.materialize.rows import _write_selection, hash_keys_for
 from prep.materialize.write import _write_split
 
@@ -28,36 +28,72 @@ __all__ = ["materialize_shuffle"]
 log = logging.getLogger("prep.materialize")  # the package's name, as printed in `prep -v` logs
 
 
-def _check_output(output: str, fingerprint: str, p: dict, source_uri: str, version: int, overwrite: bool, s3: storage.S3Options) -> None:
+def _existing_output(output: str, s3: storage.S3Options) -> dict | None:
+    """What a prep job left at ``output`` (its job marker or manifest), None when it is new or empty.
+
+    Runs before anything is read or written: a non-empty directory that no prep
+    materialize job wrote is an error, with or without --overwrite.
+    """
     fs, path = storage.filesystem(output, s3)
     if not fs.exists(path):
-        return
-    entries = fs.ls(path, detail=False)
-    marker = None
-    for name in (MANIFEST, PLAN_FILE):
-        if storage.exists(storage.join(output, name), s3):
-            marker = storage.read_json(storage.join(output, name), s3)
-            break
-    if marker is not None and marker.get("fingerprint") == fingerprint and not overwrite:
-        return
-    if not entries and marker is None:
+        return None
+    if not fs.isdir(path):
+        raise PrepError(f"--output {output} is a file, not a directory; choose a new or empty directory")
+    if not fs.ls(path, detail=False):
+        return None
+    fix = f"choose another --output (prep never deletes what it did not write), or remove {output} yourself"
+    marker = storage.join(output, JOB_FILE)
+    if storage.exists(marker, s3):
+        doc = read_json_file(marker, s3, fix)
+        if isinstance(doc, dict) and doc.get("job") == JOB_NAME:
+            return doc
+        raise PrepError(f"{marker} was not written by {JOB_NAME}: {fix}")
+    manifest = storage.join(output, MANIFEST)
+    if storage.exists(manifest, s3):
+        return read_manifest(output, s3)
+    raise PrepError(
+        f"--output {output} is not empty and holds no prep materialized output (no {MANIFEST} or {JOB_FILE}): {fix}"
+    )
+
+
+def _check_plan(output: str, old: dict | None, fingerprint: str, p: dict, source_uri: str, version: int, overwrite: bool,
+                s3: storage.S3Options) -> None:
+    """Resume the same plan; refuse a different one unless --overwrite, which removes only prep's files."""
+    if old is None or old.get("fingerprint") == fingerprint:
         return
     if not overwrite:
-        if marker is None:
-            raise PrepError(f"output {output} is not empty and holds no prep plan; choose an empty --output or pass --overwrite")
-        old_src = marker.get("source", {})
+        old_src = old.get("source", {})
         why = []
         if old_src.get("uri") != source_uri:
             why.append(f"source {old_src.get('uri')} -> {source_uri}")
         if old_src.get("version") != version:
             why.append(f"source version {old_src.get('version')} -> {version} (the table changed since)")
-        why += [f"{k} {marker.get('plan', {}).get(k)!r} -> {v!r}" for k, v in p.items() if marker.get("plan", {}).get(k) != v]
+        why += [f"{k} {old.get('plan', {}).get(k)!r} -> {v!r}" for k, v in p.items() if old.get("plan", {}).get(k) != v]
         raise PrepError(
-            f"output {output} holds a different plan (fingerprint {marker.get('fingerprint')}, this run {fingerprint}: "
+            f"output {output} holds a different plan (fingerprint {old.get('fingerprint')}, this run {fingerprint}: "
             f"{'; '.join(why) or 'different'}); pass --overwrite to replace it or choose another --output"
         )
-    log.warning("--overwrite: removing %s", output)
-    fs.rm(path, recursive=True)
+    log.warning("--overwrite: removing the materialized output in %s (only the files prep wrote)", output)
+    _remove_owned(output, s3)
+
+
+def _remove_owned(output: str, s3: storage.S3Options) -> None:
+    """Removes the files of the materialize layout under ``output``, and nothing else."""
+    fs, root = storage.filesystem(output, s3)
+    root = root.rstrip("/")
+    top = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(root, detail=False)]
+    inside = {d: [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(f"{root}/{d}", detail=False)]
+              for d in top if d.startswith("epoch-") and fs.isdir(f"{root}/{d}")}
+    owned = owned_entries(top, inside)
+    for rel in owned:  # the marker goes last: a crash on the way leaves it, so a rerun may still clean up
+        if rel not in (JOB_FILE, MANIFEST):
+            fs.rm(f"{root}/{rel}", recursive=True)
+    for d in inside:
+        if not storage.is_remote(output) and fs.exists(f"{root}/{d}") and not fs.ls(f"{root}/{d}", detail=False):
+            fs.rmdir(f"{root}/{d}")
+    for name in (MANIFEST, JOB_FILE):
+        if name in owned:
+            fs.rm(f"{root}/{name}")
 
 
 def _done_records(job: Job, epochs: range) -> dict[tuple[int, int], dict]:
@@ -70,8 +106,11 @@ def _done_records(job: Job, epochs: range) -> dict[tuple[int, int], dict]:
         for name in fs.ls(folder, detail=False):
             if not name.endswith(".done.json"):
                 continue
-            rec = storage.read_json(("s3://" + name) if job.output.startswith("s3://") else name, job.s3)
-            if rec.get("fingerprint") == job.fingerprint:
+            try:
+                rec = storage.read_json(("s3://" + name) if job.output.startswith("s3://") else name, job.s3)
+            except ValueError:  # a damaged record: the split is written again
+                continue
+            if isinstance(rec, dict) and rec.get("fingerprint") == job.fingerprint:
                 done[(rec["epoch"], rec["split"])] = rec
     return done
 
@@ -139,6 +178,7 @@ def materialize_shuffle(
     source_uri = table if storage.is_remote(table) else os.path.abspath(table)
     output = output if storage.is_remote(output) else os.path.abspath(output)
     plan.validate(num_rows=0, num_splits=splits, strategy=strategy, seed=seed, clump=clump)
+    old = _existing_output(output, s3)
     if not storage.is_remote(source_uri) and not os.path.exists(source_uri):
         raise PrepError(f"--table {table}: no such path; pass a prepared Lance table (see `prep pretokenize`)")
     source = lance_io.open_table(source_uri, storage_options=storage.lance_storage_options(source_uri, s3))
@@ -157,13 +197,13 @@ def materialize_shuffle(
     p = {"num_splits": splits, "strategy": strategy, "hash_columns": list(hash_columns), "clump": clump,
          "seed": seed, "filter": filter or None, "columns": list(columns) if columns else None}
     fingerprint = plan.plan_fingerprint(source_uri, version, p)
-    _check_output(output, fingerprint, p, source_uri, version, overwrite, s3)
+    _check_plan(output, old, fingerprint, p, source_uri, version, overwrite, s3)
     job = Job(source=source_uri, version=version, columns=tuple(out_columns), plan=p, num_selected=total,
               output=output, fingerprint=fingerprint, s3=s3, read_rows=read_rows, lance_format=lance_format,
               run_id=uuid.uuid4().hex)
     storage.write_json_atomic(
-        storage.join(output, PLAN_FILE),
-        {"fingerprint": fingerprint, "plan": p, "source": {"uri": source_uri, "version": version}}, s3,
+        storage.join(output, JOB_FILE),
+        {"job": JOB_NAME, "fingerprint": fingerprint, "plan": p, "source": {"uri": source_uri, "version": version}}, s3,
     )
     if filter:
         sel = storage.join(output, WORK, "selection.lance")
@@ -201,7 +241,7 @@ def materialize_shuffle(
             for ref in refs:
                 ray.cancel(ref)
             cause = exc.cause if isinstance(getattr(exc, "cause", None), PrepError) else None
-            raise PrepError(str(cause) if cause else str(exc).splitlines()[-1]) from None
+            raise PrepError(str(cause) if cause else one_line(str(exc).splitlines()[-1])) from None
         log.info("wrote %d splits in %.1fs", len(todo), time.time() - t0)
     manifest = _manifest(job, source, run_epochs, done, s3)
     storage.write_json_atomic(storage.join(output, MANIFEST), manifest, s3)
@@ -215,8 +255,8 @@ def _manifest(job: Job, source: Any, run_epochs: range, done: dict, s3: storage.
     old = {}
     uri = storage.join(job.output, MANIFEST)
     if storage.exists(uri, s3):
-        prev = storage.read_json(uri, s3)
-        if prev.get("fingerprint") == job.fingerprint:
+        prev = read_manifest(job.output, s3)
+        if prev["fingerprint"] == job.fingerprint:
             old = {e["epoch"]: e for e in prev["epochs"]}
     for e in run_epochs:
         old[e] = {

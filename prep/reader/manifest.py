@@ -10,7 +10,6 @@ split is an error instead of a silently short epoch.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -18,14 +17,11 @@ import numpy as np
 
 from prep import storage
 from prep.errors import PrepError
+from prep.materialize.layout import read_manifest
 from prep.reader.source import SplitTable
 
-__all__ = ["MANIFEST_NAME", "MANIFEST_FORMAT", "Materialized"]
+__all__ = ["Materialized"]
 
-MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = "prep.materialized/1"
-_REQUIRED = ("format", "fingerprint", "source", "plan", "columns", "epochs")
-_FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,70 +64,25 @@ class Materialized:
             The output's description.
 
         Raises:
-            PrepError: no manifest, or a manifest that breaks the documented format.
+            PrepError: no manifest, or a manifest that breaks the documented format
+                (checked by :func:`prep.materialize.layout.check_manifest`).
         """
-        path = storage.join(uri, MANIFEST_NAME)
-        if not storage.exists(path, s3):
-            hint = ""
-            if storage.exists(storage.join(uri, "_versions"), s3):
-                hint = " (it is a Lance table: pass plan=... to read a prepared table directly)"
-            raise PrepError(
-                f"{uri} is not a materialized output: no {MANIFEST_NAME}{hint}; "
-                "run `prep materialize-shuffle` (the manifest is written last, so a crashed run has none)"
-            )
-        try:
-            doc = storage.read_json(path, s3)
-        except ValueError as exc:
-            raise PrepError(f"{path} is not valid JSON ({exc})") from None
-        return cls._from_doc(uri, path, doc, s3)
-
-    @classmethod
-    def _from_doc(cls, uri: str, path: str, doc: Any, s3: storage.S3Options | None) -> "Materialized":
-        def bad(what: str) -> PrepError:
-            return PrepError(f"{path}: {what}; re-run `prep materialize-shuffle` to rewrite it")
-
-        if not isinstance(doc, dict):
-            raise bad("top level is not a JSON object")
-        missing = [k for k in _REQUIRED if k not in doc]
-        if missing:
-            raise bad(f"missing keys {missing}")
-        if doc["format"] != MANIFEST_FORMAT:
-            raise bad(f"format={doc['format']!r}, this reader reads {MANIFEST_FORMAT!r}")
-        fingerprint = doc["fingerprint"]
-        if not isinstance(fingerprint, str) or not _FINGERPRINT.match(fingerprint):
-            raise bad(f"fingerprint={fingerprint!r} is not 16 hex digits")
-        num_splits = doc["plan"].get("num_splits") if isinstance(doc["plan"], dict) else None
-        if not isinstance(num_splits, int) or num_splits < 1:
-            raise bad(f"plan.num_splits={num_splits!r} must be a positive integer")
+        doc = read_manifest(uri, s3)
         rows: dict[int, np.ndarray] = {}
         paths: dict[int, tuple[str, ...]] = {}
         for entry in doc["epochs"]:
-            epoch = entry.get("epoch")
-            splits = sorted(entry.get("splits", []), key=lambda s: s.get("split", -1))
-            if not isinstance(epoch, int) or epoch in rows:
-                raise bad(f"epoch entry {epoch!r} is not a new integer")
-            if [s.get("split") for s in splits] != list(range(num_splits)):
-                raise bad(f"epoch {epoch} lists splits {[s.get('split') for s in splits][:8]}..., "
-                          f"expected 0..{num_splits - 1}")
-            for s in splits:
-                n, p = s.get("num_rows"), s.get("path")
-                if not isinstance(n, int) or n < 0 or not isinstance(p, str) or p.startswith("/") or ".." in p:
-                    raise bad(f"epoch {epoch} split {s.get('split')}: bad num_rows={n!r} or path={p!r}")
-            rows[epoch] = np.array([s["num_rows"] for s in splits], dtype=np.int64)
-            paths[epoch] = tuple(s["path"] for s in splits)
-        if not rows:
-            raise bad("no epochs")
-        source = doc["source"] if isinstance(doc["source"], dict) else {}
+            rows[entry["epoch"]] = np.array([s["num_rows"] for s in entry["splits"]], dtype=np.int64)
+            paths[entry["epoch"]] = tuple(s["path"] for s in entry["splits"])
         return cls(
             uri=uri,
-            fingerprint=fingerprint,
-            num_splits=num_splits,
+            fingerprint=doc["fingerprint"],
+            num_splits=doc["plan"]["num_splits"],
             epochs=tuple(sorted(rows)),
             split_rows=rows,
             split_paths=paths,
-            columns=tuple(doc["columns"] or ()),
-            metadata=dict(source.get("metadata") or {}),
-            source_version=source.get("version"),
+            columns=tuple(doc["columns"]),
+            metadata=dict(doc["source"].get("metadata") or {}),
+            source_version=doc["source"]["version"],
             s3=s3,
         )
 

@@ -1,0 +1,230 @@
+"""Every ``prep`` command fails in one line with a documented exit code, and never destroys files it did not write.
+
+The real CLI runs in a subprocess (``python -m prep`` importing this checkout):
+exit status 0 OK, 1 verification mismatch, 2 unusable input or usage error;
+stderr is then exactly one line that names the file or the flag.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import lance
+import pytest
+
+import tables
+from prep.materialize import materialize_shuffle
+
+REPO = Path(__file__).resolve().parent.parent
+COMMANDS = ["verify", "prewarm", "read", "materialize-shuffle", "pretokenize", "decode-images"]
+
+
+def prep(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "prep", *args], capture_output=True, text=True, env=environ, timeout=300)
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int, *names: str) -> str:
+    """Asserts the exit code and a one-line stderr naming each of ``names``; returns that line."""
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and ".rs:" not in proc.stderr
+    for name in names:
+        assert name in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, ray_local) -> str:
+    return tables.synthetic_table(str(tmp_path_factory.mktemp("cli") / "t.lance"), num_rows=400, max_len=30)
+
+
+@pytest.fixture(scope="module")
+def good(source, tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("cli") / "out")
+    materialize_shuffle(table=source, output=out, epochs=1, splits=4)
+    return out
+
+
+@pytest.fixture
+def out(good, tmp_path) -> str:
+    """A fresh copy of a good materialized output, to damage."""
+    return shutil.copytree(good, str(tmp_path / "out"))
+
+
+def _commands_on(out: str, cache: str) -> dict[str, list[str]]:
+    return {
+        "verify": ["verify", out],
+        "prewarm": ["prewarm", out, "--cache", cache],
+        "read": ["read", out, "--global-batch-size", "4"],
+    }
+
+
+def _write_manifest(out: str, text: str) -> None:
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        f.write(text)
+
+
+def _manifest(out: str) -> dict:
+    with open(os.path.join(out, "manifest.json")) as f:
+        return json.load(f)
+
+
+def test_help_documents_the_exit_codes():
+    for command in COMMANDS:
+        proc = prep(command, "--help")
+        assert proc.returncode == 0
+        text = " ".join(proc.stdout.split())
+        assert "exit status: 0 OK" in text and "2 unusable input or usage error" in text, command
+        assert ("1 verification mismatch" in text) == (command == "verify")
+
+
+@pytest.mark.parametrize(
+    "damage,says",
+    [
+        (lambda m: '{"format": "prep.materialized/1",\n  "epochs": [\n', "is not valid JSON (line 3"),
+        (lambda m: json.dumps([m]), "top level is not a JSON object"),
+        (lambda m: json.dumps({k: v for k, v in m.items() if k != "plan"}), "missing keys ['plan']"),
+        (lambda m: json.dumps({**m, "format": "prep.materialized/9"}), "format='prep.materialized/9'"),
+        (lambda m: json.dumps({**m, "epochs": "all"}), "epochs must be a non-empty list"),
+        (lambda m: json.dumps({**m, "epochs": [{"epoch": 0, "splits": m["epochs"][0]["splits"][1:]}]}), "epoch 0 lists splits [1, 2, 3]"),
+        (lambda m: json.dumps({**m, "source": {"uri": m["source"]["uri"]}}), "its version"),
+    ],
+    ids=["not-json", "not-object", "missing-key", "format-version", "epochs-type", "split-missing-in-manifest", "no-version"],
+)
+def test_a_corrupt_manifest_is_one_line_naming_it(out, tmp_path, damage, says):
+    _write_manifest(out, damage(_manifest(out)))
+    for command, args in _commands_on(out, str(tmp_path / "cache")).items():
+        line = one_line_error(prep(*args), 2, "manifest.json", says)
+        assert line.startswith(f"prep {command}: error: "), line
+
+
+def test_a_missing_split_is_a_verify_mismatch_and_an_error_elsewhere(out, tmp_path):
+    shutil.rmtree(os.path.join(out, "epoch-00000", "split-00001.lance"))
+    one_line_error(prep("verify", out), 1, "FAILED", "split-00001.lance")
+    one_line_error(prep("prewarm", out, "--cache", str(tmp_path / "cache")), 2, "split-00001.lance")
+    one_line_error(prep("read", out, "--global-batch-size", "4"), 2, "split-00001.lance")
+
+
+@pytest.mark.parametrize("how", ["truncated", "deleted"])
+def test_a_damaged_split_data_file_is_one_line_naming_the_split(out, tmp_path, how):
+    (data,) = glob.glob(os.path.join(out, "epoch-00000", "split-00002.lance", "data", "*.lance"))
+    if how == "truncated":
+        with open(data, "r+b") as f:
+            f.truncate(os.path.getsize(data) // 2)
+    else:
+        os.remove(data)
+    one_line_error(prep("verify", out), 1, "FAILED", "split-00002.lance")
+    one_line_error(prep("prewarm", out, "--cache", str(tmp_path / "cache")), 2, "split-00002.lance", f"prep verify {out}")
+    one_line_error(prep("read", out, "--global-batch-size", "4"), 2, "split-00002.lance")
+
+
+def test_a_source_table_at_another_version_is_a_mismatch(source, tmp_path):
+    src = shutil.copytree(source, str(tmp_path / "t.lance"))
+    out = str(tmp_path / "out")
+    materialize_shuffle(table=src, output=out, epochs=1, splits=4)
+    lance.write_dataset(lance.dataset(src).to_table().slice(0, 5), src, mode="append")
+    one_line_error(prep("verify", out), 1, "FAILED", src, "version 1, now at version 2")
+
+
+def test_a_source_table_that_is_gone_is_one_line_naming_it(source, tmp_path):
+    src = shutil.copytree(source, str(tmp_path / "t.lance"))
+    out = str(tmp_path / "out")
+    materialize_shuffle(table=src, output=out, epochs=1, splits=4)
+    shutil.rmtree(src)
+    one_line_error(prep("verify", out), 2, f"no Lance table at {src}")
+
+
+def test_a_manifest_naming_a_version_the_table_never_had_is_a_mismatch(out):
+    m = _manifest(out)
+    _write_manifest(out, json.dumps({**m, "source": {**m["source"], "version": 99}}))
+    one_line_error(prep("verify", out), 1, "FAILED", "version 99")
+
+
+def test_an_unparsable_rank_is_one_line(good):
+    proc = prep("read", good, "--global-batch-size", "4", env={"RANK": "abc", "WORLD_SIZE": "2"})
+    one_line_error(proc, 2, "prep read: error: ")
+
+
+@pytest.mark.parametrize(
+    "args,names",
+    [
+        (["materialize-shuffle", "--table", "T", "--output", "O", "--epochs", "0"], ["--epochs", "0 must be >= 1"]),
+        (["materialize-shuffle", "--table", "T", "--output", "O", "--epochs", "1", "--splits", "x"], ["--splits", "'x'"]),
+        (["materialize-shuffle", "--table", "T", "--output", "O", "--epochs", "1", "--clump", "0"], ["--clump"]),
+        (["materialize-shuffle", "--table", "T", "--output", "O", "--epochs", "1", "--start-epoch", "-1"], ["--start-epoch"]),
+        (["materialize-shuffle", "--table", "T", "--epochs", "1"], ["--output"]),
+        (["materialize-shuffle", "--table", "T", "--output", "O", "--epochs", "1", "--strategy", "shuffle"], ["--strategy"]),
+        (["prewarm", "OUT", "--cache", "C", "--world-size", "0"], ["--world-size"]),
+        (["prewarm", "OUT", "--cache", "C", "--epochs", "0,x"], ["--epochs"]),
+        (["read", "OUT", "--global-batch-size", "0"], ["--global-batch-size"]),
+        (["read", "OUT", "--global-batch-size", "4", "--epoch", "-1"], ["--epoch"]),
+        (["verify"], ["path"]),
+        (["pretokenize", "--input", "x"], ["--config"]),
+        (["frobnicate"], ["frobnicate"]),
+    ],
+)
+def test_bad_flag_values_are_one_line_naming_the_flag(args, names):
+    one_line_error(prep(*args), 2, *names)
+
+
+def test_library_errors_name_the_flag_the_user_typed(good, tmp_path):
+    line = one_line_error(prep("prewarm", good, "--cache", str(tmp_path / "c"), "--world-size", "3"), 2, "--world-size 3")
+    assert "world_size=" not in line
+    one_line_error(prep("read", good, "--global-batch-size", "6"), 2, "--global-batch-size 6")
+    one_line_error(prep("materialize-shuffle", "--table", str(tmp_path / "nope"), "--output", str(tmp_path / "o"),
+                        "--epochs", "1"), 2, "--table", "nope")
+
+
+# ---------------------------------------------------------------- output safety
+
+
+def _snapshot(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def user_folder(tmp_path) -> Path:
+    """A folder of someone's files, some with names prep's own layout uses."""
+    root = tmp_path / "mine"
+    (root / "notes").mkdir(parents=True)
+    (root / "notes" / "todo.txt").write_text("keep me")
+    (root / "epoch-00000").mkdir()
+    (root / "epoch-00000" / "split-00000.done.json").write_text('{"mine": true}')
+    (root / "plan.json").write_text('{"not": "prep"}')
+    (root / "data.bin").write_bytes(os.urandom(1000))
+    return root
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--overwrite"], ["--start-epoch", "1"], ["--epochs", "2", "--overwrite", "--seed", "3"], ["--filter", "id >= 0"]],
+    ids=["plain", "overwrite", "start-epoch", "more-epochs-overwrite", "filter"],
+)
+def test_materialize_refuses_a_folder_of_user_files_and_leaves_it_as_it_was(source, user_folder, extra):
+    before = _snapshot(user_folder)
+    args = ["materialize-shuffle", "--table", source, "--output", str(user_folder), "--splits", "4", *extra]
+    if "--epochs" not in extra:
+        args += ["--epochs", "1"]
+    one_line_error(prep(*args), 2, "--output", str(user_folder), "not empty")
+    assert _snapshot(user_folder) == before
+
+
+@pytest.mark.parametrize("extra", [[], ["--overwrite"], ["--world-size", "2", "--rank", "1", "--overwrite"]])
+def test_prewarm_refuses_a_folder_of_user_files_as_cache_and_leaves_it_as_it_was(good, user_folder, extra):
+    before = _snapshot(user_folder)
+    one_line_error(prep("prewarm", good, "--cache", str(user_folder), *extra), 2, "--cache", str(user_folder), "not empty")
+    assert _snapshot(user_folder) == before
+
+
+def test_prewarm_refuses_the_materialized_output_itself_as_cache(good):
+    before = _snapshot(Path(good))
+    one_line_error(prep("prewarm", good, "--cache", good, "--overwrite"), 2, "--cache", "not empty")
+    assert _snapshot(Path(good)) == before
