@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from typing import Any, Iterable
 
 import lance
@@ -17,7 +16,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from prep import storage
-from prep.errors import PrepError
+from prep.errors import PrepError, one_line
 
 __all__ = [
     "METADATA_KEY",
@@ -27,11 +26,9 @@ __all__ = [
     "write_fragments",
     "commit_table",
     "remove_table",
-    "lance_message",
 ]
 
 METADATA_KEY = b"prep"
-_RUST_LOCATION = re.compile(r",?\s*/\S+\.rs:\d+(:\d+)?")
 log = logging.getLogger(__name__)
 
 
@@ -47,7 +44,7 @@ def table_exists(uri: str, storage_options: dict[str, str] | None = None) -> boo
     except (ValueError, OSError) as exc:
         if _not_found(exc):
             return False
-        raise PrepError(f"cannot read the Lance table at {uri} ({lance_message(exc)})") from None
+        raise PrepError(f"cannot read the Lance table at {uri} ({one_line(exc, limit=200)})") from None
     return True
 
 
@@ -60,17 +57,11 @@ def open_table(
     except (ValueError, OSError) as exc:
         at = f" at version {version}" if version is not None else ""
         what = "no Lance table" if _not_found(exc) else "cannot read the Lance table"
-        raise PrepError(f"{what} at {uri}{at} ({lance_message(exc)})") from None
+        raise PrepError(f"{what} at {uri}{at} ({one_line(exc, limit=200)})") from None
 
 
 def _not_found(exc: Exception) -> bool:
     return isinstance(exc, FileNotFoundError) or "was not found" in str(exc)
-
-
-def lance_message(exc: BaseException, limit: int = 200) -> str:
-    """The first line of a Lance error without the Rust source locations it carries."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return _RUST_LOCATION.sub("", text).rstrip(", ")[:limit]
 
 
 def prep_metadata(ds: lance.LanceDataset) -> dict[str, Any]:

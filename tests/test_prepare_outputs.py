@@ -19,7 +19,7 @@ import pytest
 
 from conftest import REPO
 from prep.cli import main as cli_main
-from prep.prepare.outputs import MARKER
+from prep.outputs import MARKER
 from test_images import HYMENOPTERA
 
 COMMANDS = {

@@ -17,6 +17,7 @@ from typing import Any
 
 from prep import storage
 from prep.errors import PrepError, one_line
+from prep.outputs import MARKER
 
 __all__ = [
     "FORMAT", "MANIFEST", "JOB_FILE", "JOB_NAME", "WORK", "split_path", "read_json_file", "read_manifest",
@@ -25,7 +26,7 @@ __all__ = [
 
 FORMAT = "prep.materialized/1"
 MANIFEST = "manifest.json"
-JOB_FILE = "_prep_job.json"  # written first: names the job, marks the directory as prep's to write and clean
+JOB_FILE = MARKER  # written first: names the job, marks the directory as prep's to write and clean
 JOB_NAME = "prep materialize-shuffle"
 WORK = "_work"
 _RERUN = "rerun `prep materialize-shuffle` to rewrite it"

@@ -26,7 +26,7 @@ from prep import lance_io, storage
 from prep.config import JobConfig, config_hash
 from prep.errors import PrepError
 from prep.prepare.job import ChunkResult, ChunkWorker, drop_old_versions, run_chunks, start_ray, total_counts
-from prep.prepare.outputs import claim_outputs
+from prep.outputs import claim_outputs
 from prep.prepare.rejects import REJECTS_SCHEMA
 
 __all__ = ["JobPlan", "PrepareJob", "run_prepare", "TABLE_FORMAT"]

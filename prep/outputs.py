@@ -1,4 +1,4 @@
-"""Claiming a prepare job's output paths without ever destroying what prep did not write.
+"""Claiming an output path without ever destroying what prep did not write.
 
 A job may write only where nothing is, where an empty folder is, or where prep
 wrote before. It proves the last case with a marker, :data:`MARKER`, that it puts
@@ -28,7 +28,7 @@ from typing import Literal
 
 import prep
 from prep import lance_io, storage
-from prep.errors import PrepError
+from prep.errors import PrepError, one_line
 
 __all__ = ["MARKER", "OutputClaim", "inspect_output", "claim_outputs"]
 
@@ -58,7 +58,7 @@ def _entries(uri: str, s3: storage.S3Options | None) -> list[str] | None:
     except PrepError:
         raise
     except Exception as exc:  # permission denied, throttling, network: never read as "absent"
-        raise PrepError(f"cannot check the output {uri} ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); nothing was changed") from None
+        raise PrepError(f"cannot check the output {uri} ({type(exc).__name__}: {one_line(exc, limit=200)}); nothing was changed") from None
     return sorted(posixpath.basename(p.rstrip("/")) for p in listed)
 
 
