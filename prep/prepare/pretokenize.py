@@ -24,6 +24,7 @@ from prep.config import ConfigModel, JobConfig, config_hash
 from prep.errors import PrepError
 from prep.prepare.formats import RowError, Segments, SFTFormatter, TextFormatter
 from prep.prepare.ids import stable_ids
+from prep.prepare.isolation import NO_PROGRESS, Limits, Progress
 from prep.prepare.job import (
     ChunkOutput, commit_outputs, drop_old_versions, prepare_outputs, run_chunks, start_ray, total_counts,
 )
@@ -124,7 +125,7 @@ class TextChunkWorker:
     tokenizer: ResolvedTokenizer
     s3: storage.S3Options  # resolved by the driver: cluster workers do not share its environment
 
-    def __call__(self, chunk: Chunk) -> ChunkOutput:
+    def __call__(self, chunk: Chunk, progress: Progress = NO_PROGRESS) -> ChunkOutput:
         cfg, tok = self.cfg, self.tokenizer
         records = read_chunk(chunk, self.s3, cfg.text_unit)
         counts: Counter = Counter()
@@ -139,8 +140,10 @@ class TextChunkWorker:
             if cfg.format == "sft" else TextFormatter(cfg.text_column)
         )
         segments, kept = Segments(), []
-        for i, row in enumerate(records.rows):
+        for (i, row), poison in progress.items(enumerate(records.rows), name=lambda item: _raw(item[1])):
             try:
+                if poison is not None:  # crashed or hung this worker before: rejected, not formatted again
+                    raise RowError(poison)
                 segments.add_row(formatter(row))
                 kept.append(i)
             except RowError as exc:
@@ -229,7 +232,7 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
     chunks = plan_chunks(sources, cfg.chunk_bytes, cfg.text_unit, s3)
     ray_seconds = start_ray(cfg)
     t_run = time.perf_counter()
-    results = run_chunks(chunks, TextChunkWorker(cfg, tokenizer, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
+    results = run_chunks(chunks, TextChunkWorker(cfg, tokenizer, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts, limits=Limits.of(cfg))
     counts = total_counts(results, ("rows_read", "rows_written", "rows_rejected", "tokens"))
     if counts["rows_read"] != counts["rows_accepted"] + counts["rows_rejected"]:
         raise PrepError(f"row accounting failed: read {counts['rows_read']} != accepted {counts['rows_accepted']} + rejected {counts['rows_rejected']}")

@@ -23,6 +23,7 @@ from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan
 from prep.prepare.images.worker import ImageChunkWorker, table_schema
+from prep.prepare.isolation import Limits
 from prep.prepare.job import commit_outputs, drop_old_versions, prepare_outputs, run_chunks, start_ray, total_counts
 
 __all__ = ["run_decode_images", "format_summary", "split_counts"]
@@ -51,7 +52,7 @@ def run_decode_images(cfg: ImagesConfig) -> dict[str, Any]:
     ray_seconds = start_ray(cfg)
     t_run = time.perf_counter()
     worker = ImageChunkWorker(cfg, planned.labels, s3)
-    results = run_chunks(planned.chunks, worker, output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
+    results = run_chunks(planned.chunks, worker, output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts, limits=Limits.of(cfg))
     counts = total_counts(results, ())
     plain, formats = split_counts(counts)
     for key in ("rows_read", "rows_accepted", "rows_rejected", "rows_written", "files_rejected", "decoded_with_pil", "bytes_read"):
