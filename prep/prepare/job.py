@@ -16,6 +16,7 @@ import os
 import pickle
 import time
 import traceback
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -169,22 +170,24 @@ def run_chunks(
 
     items = [{"index": i, "chunk": pickle.dumps(c)} for i, c in enumerate(chunks)]
     ds = ray.data.from_items(items, override_num_blocks=max(1, len(items)))
-    ds = ds.map_batches(
-        _process,
-        fn_kwargs=dict(
-            worker=worker,
-            output_uri=output_uri,
-            rejects_uri=rejects_uri,
-            storage_options=storage_options,
-            max_rows_per_file=max_rows_per_file,
-            limits=limits,
-            faults=os.environ.get(FAULTS_ENV),
-        ),
-        batch_size=1,
-        batch_format="pyarrow",
-        num_cpus=num_cpus_per_task,
-        max_retries=limits.max_task_retries,
-    )
+    with warnings.catch_warnings():  # Ray 2.60 takes max_retries (default: forever) only through **ray_remote_args
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        ds = ds.map_batches(
+            _process,
+            fn_kwargs=dict(
+                worker=worker,
+                output_uri=output_uri,
+                rejects_uri=rejects_uri,
+                storage_options=storage_options,
+                max_rows_per_file=max_rows_per_file,
+                limits=limits,
+                faults=os.environ.get(FAULTS_ENV),
+            ),
+            batch_size=1,
+            batch_format="pyarrow",
+            num_cpus=num_cpus_per_task,
+            max_retries=limits.max_task_retries,
+        )
     results: dict[int, ChunkResult] = {}
     try:
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
