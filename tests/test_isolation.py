@@ -7,6 +7,7 @@ every other row is written exactly as in a clean run.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -15,7 +16,19 @@ import sys
 import textwrap
 from pathlib import Path
 
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
+from PIL import Image
+
+from prep.config import load_config
+from prep.errors import PrepError
+from prep.prepare.images.config import ImagesConfig
+from prep.prepare.images.job import run_decode_images
+from prep.prepare.isolation import FAULTS_ENV
+from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 _CRASHING_JOB = textwrap.dedent(
     """
     import json, os, signal, sys
+    from collections import Counter
     import pyarrow as pa
     from prep.prepare.job import ChunkOutput, run_chunks
     from prep.prepare.rejects import Reject
@@ -41,7 +55,7 @@ _CRASHING_JOB = textwrap.dedent(
                     os.kill(os.getpid(), signal.SIGSEGV)
                 rows.append(item)
             counts = {"rows_read": len(chunk), "rows_written": len(rows), "rows_rejected": len(rejects)}
-            return ChunkOutput(pa.table({"item": pa.array(rows, pa.string())}), rejects, __import__("collections").Counter(counts))
+            return ChunkOutput(pa.table({"item": pa.array(rows, pa.string())}), rejects, Counter(counts))
 
     out = sys.argv[1]
     init_ray(num_cpus=2)
@@ -75,20 +89,6 @@ def test_a_worker_that_segfaults_on_one_item_does_not_hang_the_job(tmp_path):
 
 # ---------------------------------------------------------------- the real jobs, with injected faults
 
-import io  # noqa: E402
-
-import lance  # noqa: E402
-import numpy as np  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-from PIL import Image  # noqa: E402
-
-from prep.config import load_config  # noqa: E402
-from prep.errors import PrepError  # noqa: E402
-from prep.prepare.images.config import ImagesConfig  # noqa: E402
-from prep.prepare.images.job import run_decode_images  # noqa: E402
-from prep.prepare.isolation import FAULTS_ENV  # noqa: E402
-from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize  # noqa: E402
-
 HYMENOPTERA = REPO.parent / "shared" / "data" / "hymenoptera" / "train"
 needs_photos = pytest.mark.skipif(not HYMENOPTERA.is_dir(), reason=f"real photos not found at {HYMENOPTERA}")
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision:DeprecationWarning")
@@ -110,7 +110,7 @@ def images_config(root: Path, output: Path, **kw) -> ImagesConfig:
 
 
 def without(table, column: str, values: list):
-    return table.filter(pc.invert(pc.is_in(table.column(column), value_set=__import__("pyarrow").array(values))))
+    return table.filter(pc.invert(pc.is_in(table.column(column), value_set=pa.array(values))))
 
 
 @needs_photos
@@ -119,13 +119,13 @@ def test_an_image_that_segfaults_and_one_that_hangs_are_rejected_and_the_rest_is
     crash, hang = ants[2], ants[5]  # the same chunk: the sandbox restarts twice for it
     clean = run_decode_images(images_config(photo_tree, tmp_path / "clean.lance"))
     monkeypatch.setenv(FAULTS_ENV, f"segv:{crash};hang:{hang}")
-    s = run_decode_images(images_config(photo_tree, tmp_path / "faulty.lance", item_timeout_s=3))
+    s = run_decode_images(images_config(photo_tree, tmp_path / "faulty.lance", item_timeout_s=5))
     assert (clean["rows_read"], clean["rows_written"], clean["rows_rejected"]) == (24, 24, 0)
     assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (24, 22, 2)
     rejects = {r["source"]: r for r in lance.dataset(s["rejects"]).to_table().to_pylist()}
     assert set(rejects) == {crash, hang}
     assert "crashed with signal 11 (SIGSEGV)" in rejects[crash]["reason"]
-    assert "timed out after 3 s" in rejects[hang]["reason"]
+    assert "timed out after 5 s" in rejects[hang]["reason"]
     want = without(lance.dataset(clean["table"]).to_table(), "source", [crash, hang])
     assert lance.dataset(s["table"]).to_table().equals(want)
 
@@ -153,14 +153,14 @@ def test_a_text_row_that_kills_the_worker_and_one_that_hangs_are_rejected(ray_lo
 
     clean = run_pretokenize(config("clean.lance"))
     monkeypatch.setenv(FAULTS_ENV, f"exit:{exit_needle};hang:{hang_needle}")
-    s = run_pretokenize(config("faulty.lance", item_timeout_s=2))
+    s = run_pretokenize(config("faulty.lance", item_timeout_s=5))
     assert clean["chunks"] > 1 and (clean["rows_read"], clean["rows_written"]) == (60, 60)
     assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (60, 58, 2)
-    rejects = sorted(lance.dataset(s["rejects"]).to_table().to_pylist(), key=lambda r: r["raw"].find(exit_needle))
+    rejects = lance.dataset(s["rejects"]).to_table().to_pylist()
     assert {r["source"] for r in rejects} == {str(src)}
     by_raw = {exit_needle if exit_needle in r["raw"] else hang_needle: r for r in rejects}
     assert "exited with status 3" in by_raw[exit_needle]["reason"]
-    assert "timed out after 2 s" in by_raw[hang_needle]["reason"]
+    assert "timed out after 5 s" in by_raw[hang_needle]["reason"]
     assert by_raw[exit_needle]["position"] != by_raw[hang_needle]["position"]
     got = lance.dataset(s["table"]).to_table()
     want = lance.dataset(clean["table"]).to_table()
