@@ -57,6 +57,12 @@ class JobConfig(ConfigModel):
         rejects: where rejected rows go; default ``<output without .lance>.rejects.lance``.
         overwrite: replace an existing table at ``output`` (otherwise that is an error).
         chunk_bytes: input bytes per task; the unit of parallelism and of determinism.
+        item_timeout_s: seconds one item (an image, a row) may take before it is rejected
+            as "timed out" (default 60; see docs/architecture.md, "Isolation").
+        max_bad_items_per_chunk: items of one chunk that may crash or time out, each
+            becoming a reject, before the chunk and the job fail (default 16).
+        max_task_retries: retries of a chunk whose worker died outside any single item,
+            and of a Ray task (default 3; never unlimited).
     """
 
     input: str | list[str]
@@ -64,6 +70,9 @@ class JobConfig(ConfigModel):
     rejects: str | None = None
     overwrite: bool = False
     chunk_bytes: int = Field(default=2 << 20, ge=4096)
+    item_timeout_s: float = Field(default=60.0, gt=0)
+    max_bad_items_per_chunk: int = Field(default=16, ge=0)
+    max_task_retries: int = Field(default=3, ge=0)
     s3: S3Config = S3Config()
     ray: RayConfig = RayConfig()
 

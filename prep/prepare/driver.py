@@ -25,6 +25,7 @@ import prep
 from prep import lance_io, storage
 from prep.config import JobConfig, config_hash
 from prep.errors import PrepError
+from prep.prepare.isolation import Limits
 from prep.prepare.job import ChunkResult, ChunkWorker, drop_old_versions, run_chunks, start_ray, total_counts
 from prep.outputs import claim_outputs
 from prep.prepare.rejects import REJECTS_SCHEMA
@@ -91,7 +92,8 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     opts = storage.lance_storage_options(cfg.output, s3)
     ray_seconds = start_ray(cfg)
     t_run = time.perf_counter()
-    results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri, storage_options=opts)
+    results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
+                         storage_options=opts, limits=Limits.of(cfg))
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
     metadata = {
         "format": TABLE_FORMAT,

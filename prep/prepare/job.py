@@ -12,9 +12,11 @@ before the commit leaves no table.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import time
 import traceback
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,6 +27,7 @@ import pyarrow as pa
 from prep import lance_io, storage
 from prep.config import JobConfig
 from prep.errors import PrepError
+from prep.prepare.isolation import FAULTS_ENV, Limits, Progress, run_isolated
 from prep.prepare.rejects import Reject, rejects_table
 
 __all__ = [
@@ -54,40 +57,50 @@ class ChunkResult:
     seconds: float
 
 
-ChunkWorker = Callable[[Any], ChunkOutput]
+ChunkWorker = Callable[[Any, Progress], ChunkOutput]
+"""``worker(chunk, progress) -> ChunkOutput``: walks its items through ``progress.items`` (prep.prepare.isolation)."""
 
 
-def _process(
-    batch: pa.Table,
+def _run_chunk(
+    progress: Progress,
     *,
+    index: int,
+    blob: bytes,
     worker: ChunkWorker,
     output_uri: str,
     rejects_uri: str,
     storage_options: dict[str, str] | None,
     max_rows_per_file: int,
-) -> pa.Table:
+) -> tuple[bytes | None, str | None]:
+    """One chunk, inside the sandbox: ``(pickled ChunkResult, None)`` or ``(None, error)``."""
+    chunk = pickle.loads(blob)
+    t0 = time.perf_counter()
+    try:
+        out = worker(chunk, progress)
+        frags = lance_io.write_fragments(
+            out.table, output_uri, storage_options=storage_options, max_rows_per_file=max_rows_per_file
+        ) if out.table.num_rows else []
+        rej = lance_io.write_fragments(
+            rejects_table(out.rejects), rejects_uri, storage_options=storage_options
+        ) if out.rejects else []
+        out.counts["rejects_written"] += len(out.rejects)
+        return pickle.dumps(ChunkResult(index, frags, rej, out.counts, time.perf_counter() - t0)), None
+    except PrepError as exc:
+        return None, f"{chunk}: {exc}"
+    except Exception as exc:  # wrapped with where it happened, re-raised by the driver
+        return None, f"{chunk}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+
+
+def _process(batch: pa.Table, *, limits: Limits, faults: str | None, **kwargs: Any) -> pa.Table:
+    """The Ray task: each chunk through this worker process's sandbox (``kwargs`` go to :func:`_run_chunk`)."""
     results, errors = [], []
     for index, blob in zip(batch.column("index").to_pylist(), batch.column("chunk").to_pylist()):
-        chunk = pickle.loads(blob)
-        t0 = time.perf_counter()
         try:
-            out = worker(chunk)
-            frags = lance_io.write_fragments(
-                out.table, output_uri, storage_options=storage_options, max_rows_per_file=max_rows_per_file
-            ) if out.table.num_rows else []
-            rej = lance_io.write_fragments(
-                rejects_table(out.rejects), rejects_uri, storage_options=storage_options
-            ) if out.rejects else []
-            out.counts["rejects_written"] += len(out.rejects)
-            result = ChunkResult(index, frags, rej, out.counts, time.perf_counter() - t0)
-            results.append(pickle.dumps(result))
-            errors.append(None)
+            result, error = run_isolated(_run_chunk, dict(index=index, blob=blob, **kwargs), limits, faults)
         except PrepError as exc:
-            results.append(None)
-            errors.append(f"{chunk}: {exc}")
-        except Exception as exc:  # wrapped with where it happened, re-raised by the driver
-            results.append(None)
-            errors.append(f"{chunk}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            result, error = None, f"{pickle.loads(blob)}: {exc}"
+        results.append(result)
+        errors.append(error)
     return pa.table(
         {"index": batch.column("index"), "result": pa.array(results, pa.binary()), "error": pa.array(errors, pa.string())}
     )
@@ -126,37 +139,51 @@ def run_chunks(
     storage_options: dict[str, str] | None = None,
     max_rows_per_file: int = 1 << 20,
     num_cpus_per_task: float = 1.0,
+    limits: Limits = Limits(),
 ) -> list[ChunkResult]:
     """Runs ``worker`` on every chunk as a Ray Data task; returns results in chunk order.
 
+    Each chunk runs isolated (prep.prepare.isolation): items that crash or hang the
+    worker become rejects within ``limits``, and Ray retries a task at most
+    ``limits.max_task_retries`` times (Ray Data's default is forever).
+
     Raises:
-        PrepError: a worker failed; the message names the chunk (file and range).
+        PrepError: a chunk cannot finish, or a Ray task kept failing; one line saying which.
     """
     import ray
 
     items = [{"index": i, "chunk": pickle.dumps(c)} for i, c in enumerate(chunks)]
     ds = ray.data.from_items(items, override_num_blocks=max(1, len(items)))
-    ds = ds.map_batches(
-        _process,
-        fn_kwargs=dict(
-            worker=worker,
-            output_uri=output_uri,
-            rejects_uri=rejects_uri,
-            storage_options=storage_options,
-            max_rows_per_file=max_rows_per_file,
-        ),
-        batch_size=1,
-        batch_format="pyarrow",
-        num_cpus=num_cpus_per_task,
-    )
+    with warnings.catch_warnings():  # Ray 2.60 takes max_retries (default: forever) only through **ray_remote_args
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        ds = ds.map_batches(
+            _process,
+            fn_kwargs=dict(
+                worker=worker,
+                output_uri=output_uri,
+                rejects_uri=rejects_uri,
+                storage_options=storage_options,
+                max_rows_per_file=max_rows_per_file,
+                limits=limits,
+                faults=os.environ.get(FAULTS_ENV),
+            ),
+            batch_size=1,
+            batch_format="pyarrow",
+            num_cpus=num_cpus_per_task,
+            max_retries=limits.max_task_retries,
+        )
     results: dict[int, ChunkResult] = {}
-    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-        for index, blob, error in zip(
-            batch.column("index").to_pylist(), batch.column("result").to_pylist(), batch.column("error").to_pylist()
-        ):
-            if error is not None:
-                raise PrepError(error.strip())
-            results[index] = pickle.loads(blob)
+    try:
+        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            for index, blob, error in zip(
+                batch.column("index").to_pylist(), batch.column("result").to_pylist(), batch.column("error").to_pylist()
+            ):
+                if error is not None:
+                    raise PrepError(error.strip())
+                results[index] = pickle.loads(blob)
+    except ray.exceptions.RayError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise PrepError(f"a Ray task failed after {limits.max_task_retries} retries (max_task_retries): {type(exc).__name__}: {first}") from None
     missing = sorted(set(range(len(chunks))) - results.keys())
     if missing:
         raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")

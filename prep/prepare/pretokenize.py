@@ -22,6 +22,7 @@ from prep.config import ConfigModel, JobConfig
 from prep.prepare.formats import RowError, Segments, SFTFormatter, TextFormatter
 from prep.prepare.driver import JobPlan, run_prepare
 from prep.prepare.ids import stable_ids
+from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.job import ChunkOutput
 from prep.prepare.rejects import Reject
 from prep.prepare.sources import Chunk, InputFormat, TextUnit, list_sources, plan_chunks, read_chunk
@@ -120,7 +121,7 @@ class TextChunkWorker:
     tokenizer: ResolvedTokenizer
     s3: storage.S3Options  # resolved by the driver: cluster workers do not share its environment
 
-    def __call__(self, chunk: Chunk) -> ChunkOutput:
+    def __call__(self, chunk: Chunk, progress: Progress = NO_PROGRESS) -> ChunkOutput:
         cfg, tok = self.cfg, self.tokenizer
         records = read_chunk(chunk, self.s3, cfg.text_unit)
         counts: Counter = Counter()
@@ -135,8 +136,10 @@ class TextChunkWorker:
             if cfg.format == "sft" else TextFormatter(cfg.text_column)
         )
         segments, kept = Segments(), []
-        for i, row in enumerate(records.rows):
+        for (i, row), poison in progress.items(enumerate(records.rows), name=lambda item: _raw(item[1])):
             try:
+                if poison is not None:  # crashed or hung this worker before: rejected, not formatted again
+                    raise RowError(poison)
                 segments.add_row(formatter(row))
                 kept.append(i)
             except RowError as exc:

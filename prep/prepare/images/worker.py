@@ -24,6 +24,7 @@ from prep.prepare.images.decode import ImageError, decode
 from prep.prepare.images.labels import LabelError, LabelMap
 from prep.prepare.images.sources import read_chunk
 from prep.prepare.images.transform import Fit, fit
+from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.job import ChunkOutput
 from prep.prepare.rejects import Reject
 
@@ -74,6 +75,10 @@ def _ids(keys: list[str], positions: list[int]) -> np.ndarray:
     return out
 
 
+def _source(item: Any) -> str:
+    return item.source
+
+
 @dataclass(frozen=True)
 class ImageChunkWorker:
     """Decodes one chunk. Picklable: the driver builds it, Ray ships it to every task.
@@ -88,7 +93,7 @@ class ImageChunkWorker:
     labels: LabelMap
     s3: storage.S3Options
 
-    def __call__(self, chunk: Any) -> ChunkOutput:
+    def __call__(self, chunk: Any, progress: Progress = NO_PROGRESS) -> ChunkOutput:
         cfg = self.cfg
         h, w, c = cfg.shape
         fit_ = Fit(h, w, cfg.resize, cfg.interpolation, cfg.antialias, cfg.pad_value)
@@ -102,7 +107,7 @@ class ImageChunkWorker:
         sources: list[str] = []
         encoded: list[bytes] = []
         originals: list[bytes] = []
-        for item in read_chunk(chunk, cfg, self.s3):
+        for item, poison in progress.items(read_chunk(chunk, cfg, self.s3), name=_source):
             if isinstance(item, Reject):
                 rejects.append(item)
                 counts["rows_read" if item.is_row else "files_rejected"] += 1
@@ -110,6 +115,8 @@ class ImageChunkWorker:
             counts["rows_read"] += 1
             counts["bytes_read"] += len(item.data)
             try:
+                if poison is not None:  # crashed or hung this worker before: rejected, not decoded again
+                    raise ImageError(poison)
                 label, name = self.labels.resolve(item.label)
                 dec = decode(item.data, c, cfg.max_pixels)
             except (LabelError, ImageError) as exc:

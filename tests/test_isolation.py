@@ -1,0 +1,210 @@
+"""No input can hang or kill a prepare job: crashed and stuck items become rejects.
+
+A worker process that dies (a native decoder's SIGSEGV, an OOM kill, an exit) or an
+item that never finishes must cost only that item: it is rejected with the reason and
+every other row is written exactly as in a clean run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from PIL import Image
+
+from prep.config import load_config
+from prep.errors import PrepError
+from prep.prepare.images.config import ImagesConfig
+from prep.prepare.images.job import run_decode_images
+from prep.prepare.isolation import FAULTS_ENV
+from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A job run in its own process (its own local Ray), so that a job that never ends can be
+# killed, whole, when the test gives up on it. Chunk items: "segv" crashes the process.
+_CRASHING_JOB = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    from collections import Counter
+    import pyarrow as pa
+    from prep.prepare.job import ChunkOutput, run_chunks
+    from prep.prepare.rejects import Reject
+    from prep.ray_runtime import init_ray
+
+    class Worker:
+        def __call__(self, chunk, progress=None):
+            items = progress.items(chunk) if progress is not None else ((x, None) for x in chunk)
+            rows, rejects = [], []
+            for item, poison in items:
+                if poison is not None:
+                    rejects.append(Reject("mem://items", f"item {item}", poison))
+                    continue
+                if item == "segv":
+                    os.kill(os.getpid(), signal.SIGSEGV)
+                rows.append(item)
+            counts = {"rows_read": len(chunk), "rows_written": len(rows), "rows_rejected": len(rejects)}
+            return ChunkOutput(pa.table({"item": pa.array(rows, pa.string())}), rejects, Counter(counts))
+
+    out = sys.argv[1]
+    init_ray(num_cpus=2)
+    results = run_chunks([["a", "b"], ["c", "segv", "d"], ["e"]], Worker(), output_uri=out + "/t.lance", rejects_uri=out + "/r.lance")
+    print(json.dumps([dict(r.counts) for r in results]))
+    """
+)
+
+
+def _run_alone(script: str, tmp_path: Path, seconds: float) -> subprocess.CompletedProcess:
+    """Runs ``script`` in a new process group; kills the group (the job and its Ray) after ``seconds``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_DISABLE_USAGE_STATS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"the job did not finish within {seconds} s (a crashed worker was retried forever)")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_a_worker_that_segfaults_on_one_item_does_not_hang_the_job(tmp_path):
+    done = _run_alone(_CRASHING_JOB, tmp_path, seconds=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [c["rows_written"] for c in counts] == [2, 2, 1]
+    assert [c["rows_rejected"] for c in counts] == [0, 1, 0]
+
+
+# ---------------------------------------------------------------- the real jobs, with injected faults
+
+HYMENOPTERA = REPO.parent / "shared" / "data" / "hymenoptera" / "train"
+needs_photos = pytest.mark.skipif(not HYMENOPTERA.is_dir(), reason=f"real photos not found at {HYMENOPTERA}")
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision:DeprecationWarning")
+
+
+@pytest.fixture
+def photo_tree(tmp_path) -> Path:
+    """12 real ants and 12 real bees in an ImageFolder tree."""
+    root = tmp_path / "tree"
+    for cls in ("ants", "bees"):
+        (root / cls).mkdir(parents=True)
+        for p in sorted((HYMENOPTERA / cls).glob("*.jpg"))[:12]:
+            (root / cls / p.name).write_bytes(p.read_bytes())
+    return root
+
+
+def images_config(root: Path, output: Path, **kw) -> ImagesConfig:
+    return load_config(ImagesConfig, None, input=str(root), output=str(output), size=64, images_per_chunk=8, **kw)
+
+
+def without(table, column: str, values: list):
+    return table.filter(pc.invert(pc.is_in(table.column(column), value_set=pa.array(values))))
+
+
+@needs_photos
+def test_an_image_that_segfaults_and_one_that_hangs_are_rejected_and_the_rest_is_a_clean_run(ray_local, photo_tree, tmp_path, monkeypatch):
+    ants = sorted(str(p) for p in (photo_tree / "ants").iterdir())
+    crash, hang = ants[2], ants[5]  # the same chunk: the sandbox restarts twice for it
+    clean = run_decode_images(images_config(photo_tree, tmp_path / "clean.lance"))
+    monkeypatch.setenv(FAULTS_ENV, f"segv:{crash};hang:{hang}")
+    s = run_decode_images(images_config(photo_tree, tmp_path / "faulty.lance", item_timeout_s=5))
+    assert (clean["rows_read"], clean["rows_written"], clean["rows_rejected"]) == (24, 24, 0)
+    assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (24, 22, 2)
+    rejects = {r["source"]: r for r in lance.dataset(s["rejects"]).to_table().to_pylist()}
+    assert set(rejects) == {crash, hang}
+    assert "crashed with signal 11 (SIGSEGV)" in rejects[crash]["reason"]
+    assert "timed out after 5 s" in rejects[hang]["reason"]
+    want = without(lance.dataset(clean["table"]).to_table(), "source", [crash, hang])
+    assert lance.dataset(s["table"]).to_table().equals(want)
+
+
+@needs_photos
+def test_a_job_with_more_bad_items_than_allowed_fails_with_one_line(ray_local, photo_tree, tmp_path, monkeypatch):
+    monkeypatch.setenv(FAULTS_ENV, "exit:ants/")
+    with pytest.raises(PrepError) as err:
+        run_decode_images(images_config(photo_tree, tmp_path / "out.lance", max_bad_items_per_chunk=1))
+    assert "max_bad_items_per_chunk=1" in str(err.value) and "exited with status 3" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out.lance").exists() or not lance.dataset(str(tmp_path / "out.lance")).count_rows()
+
+
+def test_a_text_row_that_kills_the_worker_and_one_that_hangs_are_rejected(ray_local, tokenizer_dir, shared_data, tmp_path, monkeypatch):
+    rows = (shared_data / "gsm8k" / "train.jsonl").read_text().splitlines()[:60]
+    src = tmp_path / "gsm.jsonl"
+    src.write_text("\n".join(rows) + "\n")
+    exit_needle, hang_needle = json.loads(rows[7])["question"][:40], json.loads(rows[33])["question"][:40]
+    assert sum(exit_needle in r for r in rows) == sum(hang_needle in r for r in rows) == 1
+
+    def config(out: str, **kw) -> PretokenizeConfig:
+        return PretokenizeConfig.model_validate(dict(input=str(src), output=str(tmp_path / out), tokenizer=tokenizer_dir,
+                                                     format="sft", sft={"layout": "qa"}, chunk_bytes=8192, **kw))
+
+    clean = run_pretokenize(config("clean.lance"))
+    monkeypatch.setenv(FAULTS_ENV, f"exit:{exit_needle};hang:{hang_needle}")
+    s = run_pretokenize(config("faulty.lance", item_timeout_s=5))
+    assert clean["chunks"] > 1 and (clean["rows_read"], clean["rows_written"]) == (60, 60)
+    assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (60, 58, 2)
+    rejects = lance.dataset(s["rejects"]).to_table().to_pylist()
+    assert {r["source"] for r in rejects} == {str(src)}
+    by_raw = {exit_needle if exit_needle in r["raw"] else hang_needle: r for r in rejects}
+    assert "exited with status 3" in by_raw[exit_needle]["reason"]
+    assert "timed out after 5 s" in by_raw[hang_needle]["reason"]
+    assert by_raw[exit_needle]["position"] != by_raw[hang_needle]["position"]
+    got = lance.dataset(s["table"]).to_table()
+    want = lance.dataset(clean["table"]).to_table()
+    assert got.equals(want.filter(pc.is_in(want.column("id"), value_set=got.column("id"))))
+
+
+# ---------------------------------------------------------------- the real decoder on broken files
+
+
+def _fuzzed_files(root: Path, seed: int = 8) -> list[Path]:
+    """Truncated and bit-flipped copies of real photos, and of PNG/GIF/TIFF re-encodings of them."""
+    rng = np.random.default_rng(seed)
+    out = root / "fuzz"
+    out.mkdir(parents=True)
+    originals = {}
+    for p in sorted((HYMENOPTERA / "bees").glob("*.jpg"))[:6]:
+        data = p.read_bytes()
+        originals[f"{p.stem}.jpg"] = data
+        small = Image.open(io.BytesIO(data)).convert("RGB").resize((48, 40))
+        for fmt, ext, kw in (("PNG", "png", {}), ("GIF", "gif", {}), ("TIFF", "tif", {"compression": "tiff_lzw"})):
+            buf = io.BytesIO()
+            (small.convert("P") if fmt == "GIF" else small).save(buf, fmt, **kw)
+            originals[f"{p.stem}.{ext}"] = buf.getvalue()
+    files = []
+    for name, data in originals.items():
+        variants = {f"cut{k}": data[: max(1, int(len(data) * k / 10))] for k in (1, 5, 9)}
+        for n in (1, 8, 64):
+            flipped = bytearray(data)
+            for i in rng.integers(0, len(data), n):
+                flipped[i] ^= 1 << int(rng.integers(0, 8))
+            variants[f"flip{n}"] = bytes(flipped)
+        for tag, blob in variants.items():
+            path = out / f"{tag}-{name}"
+            path.write_bytes(blob)
+            files.append(path)
+    return sorted(files)
+
+
+@needs_photos
+def test_the_real_decoder_on_truncated_and_bit_flipped_files_writes_or_rejects_each_one(ray_local, tmp_path):
+    files = _fuzzed_files(tmp_path / "tree")
+    s = run_decode_images(images_config(tmp_path / "tree", tmp_path / "out.lance", item_timeout_s=30))
+    assert s["rows_read"] == len(files) == s["rows_written"] + s["rows_rejected"]
+    written = lance.dataset(s["table"]).to_table(columns=["source"]).column("source").to_pylist()
+    rejected = lance.dataset(s["rejects"]).to_table(columns=["source"]).column("source").to_pylist()
+    assert sorted(written + rejected) == [str(p) for p in files]
+    assert s["rows_written"] > 0 and s["rows_rejected"] > 0
