@@ -71,7 +71,7 @@ def stage_pipeline(corpus: Path, workdir: Path) -> dict:
     warm = run_pretokenize(cfg)  # the same job again in the same Ray: what a long job sees after its first chunks
     return {
         "tokens": warm["tokens"], "rows": warm["rows_written"], "chunks": warm["chunks"],
-        "ray_init_s": cold["seconds"]["ray_init"], "cold_job_s": cold["seconds"]["job"], "job_s": warm["seconds"]["job"],
+        "ray_init_s": cold["seconds"]["ray_start"], "cold_job_s": cold["seconds"]["job"], "job_s": warm["seconds"]["job"],
         "cold_tok_per_s": cold["tokens"] / cold["seconds"]["job"], "tok_per_s": warm["tokens"] / warm["seconds"]["job"],
         "driver_peak_rss_mb": peak_rss_mb(),
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -57,6 +57,10 @@ class JobConfig(ConfigModel):
         rejects: where rejected rows go; default ``<output without .lance>.rejects.lance``.
         overwrite: replace an existing table at ``output`` (otherwise that is an error).
         chunk_bytes: input bytes per task; the unit of parallelism and of determinism.
+        executor: where chunks run: ``auto`` (default) uses Ray when there is a cluster to
+            join (``ray.address``, ``RAY_ADDRESS``, as under ``ray job submit``) and this
+            machine's CPUs without Ray otherwise; ``ray`` starts a local Ray if there is none;
+            ``local`` never uses Ray. The output is the same either way.
         item_timeout_s: seconds one item (an image, a row) may take before it is rejected
             as "timed out" (default 60; see docs/architecture.md, "Isolation").
         max_bad_items_per_chunk: items of one chunk that may crash or time out, each
@@ -70,6 +74,7 @@ class JobConfig(ConfigModel):
     rejects: str | None = None
     overwrite: bool = False
     chunk_bytes: int = Field(default=2 << 20, ge=4096)
+    executor: Literal["auto", "ray", "local"] = "auto"
     item_timeout_s: float = Field(default=60.0, gt=0)
     max_bad_items_per_chunk: int = Field(default=16, ge=0)
     max_task_retries: int = Field(default=3, ge=0)

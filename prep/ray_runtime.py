@@ -5,13 +5,28 @@ from __future__ import annotations
 import logging
 import os
 
-__all__ = ["init_ray", "WORKER_ENV"]
+__all__ = ["init_ray", "use_ray", "WORKER_ENV"]
 
 log = logging.getLogger(__name__)
 
 # Every task's tokenizer would otherwise spawn a thread per core and fight the
 # other tasks for them; Ray gives each task its CPU share, we keep to it.
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "LANCE_LOG": "error"}
+
+
+def use_ray(address: str | None = None) -> bool:
+    """Whether a job should run on Ray: when there is a cluster to use.
+
+    That is an explicit ``address``, ``RAY_ADDRESS`` (as under ``ray job submit``), or a
+    Ray this process already started or joined. Otherwise the job runs on this machine
+    without Ray: starting a fresh one-machine Ray costs seconds and buys nothing.
+    """
+    if address or os.environ.get("RAY_ADDRESS"):
+        return True
+    import sys
+
+    ray = sys.modules.get("ray")  # never import Ray just to ask
+    return bool(ray is not None and ray.is_initialized())
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:

@@ -181,3 +181,28 @@ def test_row_accounting_catches_a_worker_whose_counts_disagree_with_its_output(l
         commit_and_reconcile([ChunkResult(0, frags, rej_frags, counts, 0.0)], counts, schema=table.schema, metadata={},
                              output=out, rejects=rej, s3=None)
     assert not lance_io.table_exists(out)
+
+
+@pytest.mark.parametrize("kind", sorted(JOBS))
+def test_the_local_executor_writes_exactly_what_ray_writes(kind, tokenizer_dir, shared_data, tmp_path):
+    make_inputs, make_config, run, chunkings, counts = JOBS[kind]
+    src, tables = make_inputs(tmp_path, shared_data), {}
+    for executor in ("ray", "local"):
+        cfg = make_config(src, tokenizer_dir, tmp_path / f"{executor}.lance", executor=executor, **chunkings["many"])
+        s = run(cfg)
+        assert s["executor"] == executor
+        tables[executor] = (lance.dataset(cfg.output).to_table(), lance.dataset(cfg.rejects_uri).to_table(columns=["reason"]))
+    assert tables["ray"][0].equals(tables["local"][0]) and tables["ray"][1].equals(tables["local"][1])
+
+
+def test_the_local_executor_isolates_an_item_that_crashes_its_worker(monkeypatch, tmp_path):
+    from prep.prepare.isolation import FAULTS_ENV
+
+    src = _image_inputs(tmp_path)
+    victim = sorted((src / "ants").iterdir())[3]
+    monkeypatch.setenv(FAULTS_ENV, f"segv:{victim.name}")
+    cfg = ImagesConfig.model_validate(dict(input=str(src), output=str(tmp_path / "out.lance"), size=32, executor="local"))
+    s = run_decode_images(cfg)
+    assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (25, 23, 2)
+    reasons = lance.dataset(cfg.rejects_uri).to_table().to_pylist()
+    assert any(r["source"].endswith(victim.name) and "signal 11" in r["reason"] for r in reasons)

@@ -26,11 +26,12 @@ from prep import lance_io, storage
 from prep.config import JobConfig, config_hash
 from prep.errors import PrepError
 from prep.prepare.isolation import Limits
-from prep.prepare.job import ChunkResult, ChunkWorker, drop_old_versions, run_chunks, start_ray, total_counts
+from prep.prepare.job import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
 from prep.outputs import claim_outputs
 from prep.prepare.rejects import REJECTS_SCHEMA
+from prep.ray_runtime import use_ray
 
-__all__ = ["JobPlan", "PrepareJob", "run_prepare", "TABLE_FORMAT"]
+__all__ = ["JobPlan", "PrepareJob", "run_prepare", "executor_for", "where_it_ran", "commit_and_reconcile", "TABLE_FORMAT"]
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,11 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     plan = job.plan(s3)  # inputs first: a typo in --input never reaches the output
     claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite, s3=s3)
     opts = storage.lance_storage_options(cfg.output, s3)
-    ray_seconds = start_ray(cfg)
+    executor = executor_for(cfg)
+    ray_seconds = start_ray(cfg) if executor == "ray" else 0.0
     t_run = time.perf_counter()
     results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
-                         storage_options=opts, limits=Limits.of(cfg))
+                         storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
     metadata = {
         "format": TABLE_FORMAT,
@@ -115,10 +117,11 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
         "rejects": cfg.rejects_uri,
         "kind": metadata["kind"],
         "chunks": len(plan.chunks),
+        "executor": executor,
         "sources": len(plan.sources),
         **{k: counts[k] for k in REQUIRED_COUNTS},
         "seconds": {
-            "ray_init": round(ray_seconds, 2),
+            "ray_start": round(ray_seconds, 2),
             "job": round(t_end - t_run, 2),
             "total": round(t_end - t0, 2),
             "in_workers": round(sum(r.seconds for r in results), 2),
@@ -126,6 +129,20 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
         "counts": counts,
         **job.summary(plan, counts),
     }
+
+
+def where_it_ran(summary: dict[str, Any]) -> str:
+    """The start of a summary's time line: ``on Ray (start 3.1s), `` or ``on this machine, ``."""
+    if summary["executor"] == "ray":
+        return f"on Ray (start {summary['seconds']['ray_start']}s), "
+    return "on this machine, "
+
+
+def executor_for(cfg: JobConfig) -> Executor:
+    """``cfg.executor``, with ``auto`` resolved: Ray when there is a cluster to use (:func:`prep.ray_runtime.use_ray`)."""
+    if cfg.executor != "auto":
+        return cfg.executor
+    return "ray" if use_ray(cfg.ray.address) else "local"
 
 
 def commit_and_reconcile(

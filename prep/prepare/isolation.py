@@ -1,9 +1,10 @@
 """Per-item isolation: a crash or a hang on one input costs that input, never the job.
 
 A native decoder can segfault or abort on a malformed file, and some inputs make
-code spin; a Python ``try`` catches neither. So each Ray worker process runs its
-chunks in a long-lived *sandbox* child process (started once, with ``python -m``:
-no fork of a process that holds Lance state) and watches it:
+code spin; a Python ``try`` catches neither. So each Ray worker process (each worker
+thread of the local executor) runs its chunks in a long-lived *sandbox* child process
+(started once, with ``python -m``: no fork of a process that holds Lance state) and
+watches it:
 
 - The chunk worker walks its items through :meth:`Progress.items`, which marks the
   index of the item in hand in a shared 8-byte page (no message per item, so no
@@ -34,6 +35,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from prep.config import JobConfig
 from prep.errors import PrepError
+from prep.ray_runtime import WORKER_ENV
 
 __all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "run_isolated"]
 
@@ -115,6 +118,16 @@ def _inject(faults: list[tuple[str, ...]], name: str) -> None:
                 os._exit(3)
 
 
+def _dumps(obj: Any) -> bytes:
+    """Plain pickle, else Ray's cloudpickle for what only it can pickle (classes defined in ``__main__``)."""
+    try:
+        return pickle.dumps(obj)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        from ray import cloudpickle
+
+        return cloudpickle.dumps(obj)
+
+
 def _describe_death(code: int) -> str:
     if code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else "unknown"
@@ -136,7 +149,8 @@ class _Sandbox:
         page_file = tempfile.TemporaryFile()
         page_file.write(b"\0" * _MARK.size)
         page_file.flush()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        # One thread per sandbox (the task's CPU share), Lance's log quiet: as Ray's workers get them.
+        env = {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         fds = (parent[0], child[1], page_file.fileno())
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "prep.prepare.isolation", *map(str, fds)], pass_fds=fds, env=env, close_fds=True
@@ -195,12 +209,10 @@ class _Sandbox:
         Raises:
             PrepError: too many bad items, repeated deaths outside items, or ``fn`` raised.
         """
-        from ray import cloudpickle  # pickles by value what plain pickle cannot (classes defined in __main__)
-
         poison: dict[int, str] = {}
         deaths = 0
         while True:
-            kind, value = self._attempt(cloudpickle.dumps((fn, kwargs, poison, faults)), limits.item_timeout_s)
+            kind, value = self._attempt(_dumps((fn, kwargs, poison, faults)), limits.item_timeout_s)
             if kind == "ok":
                 return value
             if kind == "error":
@@ -216,7 +228,7 @@ class _Sandbox:
                 raise PrepError(f"{len(poison)} items crashed or timed out in one chunk (max_bad_items_per_chunk={limits.max_bad_items_per_chunk}); last: {reason}")
 
 
-_SANDBOX = _Sandbox()
+_SANDBOXES = threading.local()  # one per thread: a Ray worker has one, the local executor one per worker thread
 
 
 def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, faults: str | None = None) -> Any:
@@ -234,7 +246,10 @@ def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
     Raises:
         PrepError: the chunk cannot finish within the limits; one line saying why.
     """
-    return _SANDBOX.run(fn, kwargs, limits, faults)
+    sandbox = getattr(_SANDBOXES, "sandbox", None)
+    if sandbox is None:
+        sandbox = _SANDBOXES.sandbox = _Sandbox()
+    return sandbox.run(fn, kwargs, limits, faults)
 
 
 def _child(request_fd: int, reply_fd: int, page_fd: int) -> None:

@@ -1,8 +1,9 @@
-"""Run a prepare job as Ray Data tasks over chunks, then commit once.
+"""Run a prepare job's chunks, as Ray Data tasks or on this machine, then commit once.
 
 Every prepare job has the same shape: the driver cuts the input into chunks
-(deterministically: the unit of parallelism and of row order), a Ray Data
-``map_batches`` task per chunk turns it into Arrow rows and writes them as
+(deterministically: the unit of parallelism and of row order), a task per chunk
+(a Ray Data ``map_batches`` task on a cluster, a local worker thread otherwise; both
+run it in a sandbox process) turns it into Arrow rows and writes them as
 uncommitted Lance fragments, and the driver commits all fragments in chunk order.
 The row order therefore never depends on scheduling, the driver holds only
 fragment metadata (its memory does not grow with the corpus), and a job that dies
@@ -18,9 +19,10 @@ import time
 import traceback
 import warnings
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 import pyarrow as pa
 
@@ -31,7 +33,7 @@ from prep.prepare.isolation import FAULTS_ENV, Limits, Progress, run_isolated
 from prep.prepare.rejects import Reject, rejects_table
 
 __all__ = [
-    "ChunkOutput", "ChunkResult", "ChunkWorker", "start_ray", "run_chunks", "total_counts", "drop_old_versions",
+    "ChunkOutput", "ChunkResult", "ChunkWorker", "Executor", "start_ray", "run_chunks", "total_counts", "drop_old_versions",
 ]
 
 log = logging.getLogger(__name__)
@@ -91,16 +93,20 @@ def _run_chunk(
         return None, f"{chunk}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
+def _isolated_chunk(index: int, blob: bytes, limits: Limits, faults: str | None, kwargs: dict[str, Any]) -> tuple[bytes | None, str | None]:
+    """One chunk through this thread's sandbox: ``(pickled ChunkResult, None)`` or ``(None, one-line error)``."""
+    try:
+        return run_isolated(_run_chunk, dict(index=index, blob=blob, **kwargs), limits, faults)
+    except PrepError as exc:
+        return None, f"{pickle.loads(blob)}: {exc}"
+
+
 def _process(batch: pa.Table, *, limits: Limits, faults: str | None, **kwargs: Any) -> pa.Table:
     """The Ray task: each chunk through this worker process's sandbox (``kwargs`` go to :func:`_run_chunk`)."""
-    results, errors = [], []
-    for index, blob in zip(batch.column("index").to_pylist(), batch.column("chunk").to_pylist()):
-        try:
-            result, error = run_isolated(_run_chunk, dict(index=index, blob=blob, **kwargs), limits, faults)
-        except PrepError as exc:
-            result, error = None, f"{pickle.loads(blob)}: {exc}"
-        results.append(result)
-        errors.append(error)
+    results, errors = zip(*(
+        _isolated_chunk(index, blob, limits, faults, kwargs)
+        for index, blob in zip(batch.column("index").to_pylist(), batch.column("chunk").to_pylist())
+    ))
     return pa.table(
         {"index": batch.column("index"), "result": pa.array(results, pa.binary()), "error": pa.array(errors, pa.string())}
     )
@@ -130,6 +136,9 @@ def drop_old_versions(cfg: JobConfig, s3: storage.S3Options) -> None:
         ds.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
 
 
+Executor = Literal["ray", "local"]
+
+
 def run_chunks(
     chunks: Sequence[Any],
     worker: ChunkWorker,
@@ -140,33 +149,61 @@ def run_chunks(
     max_rows_per_file: int = 1 << 20,
     num_cpus_per_task: float = 1.0,
     limits: Limits = Limits(),
+    executor: Executor = "ray",
+    local_workers: int | None = None,
 ) -> list[ChunkResult]:
-    """Runs ``worker`` on every chunk as a Ray Data task; returns results in chunk order.
+    """Runs ``worker`` on every chunk; returns results in chunk order.
 
-    Each chunk runs isolated (prep.prepare.isolation): items that crash or hang the
-    worker become rejects within ``limits``, and Ray retries a task at most
-    ``limits.max_task_retries`` times (Ray Data's default is forever).
+    ``executor="ray"`` runs a Ray Data task per chunk on the cluster; ``"local"`` runs
+    ``local_workers`` (default: the CPUs) threads on this machine, each feeding its own
+    sandbox process. Both run the same :func:`_run_chunk` in the same sandboxes, so the
+    output is identical. Each chunk runs isolated (prep.prepare.isolation): items that
+    crash or hang the worker become rejects within ``limits``, and Ray retries a task at
+    most ``limits.max_task_retries`` times (Ray Data's default is forever).
 
     Raises:
         PrepError: a chunk cannot finish, or a Ray task kept failing; one line saying which.
     """
+    items = [(i, pickle.dumps(c)) for i, c in enumerate(chunks)]
+    kwargs = dict(worker=worker, output_uri=output_uri, rejects_uri=rejects_uri, storage_options=storage_options,
+                  max_rows_per_file=max_rows_per_file)
+    faults = os.environ.get(FAULTS_ENV)
+    if executor == "local":
+        results = _run_local(items, kwargs, limits, faults, local_workers or os.cpu_count() or 1)
+    else:
+        results = _run_on_ray(items, kwargs, limits, faults, num_cpus_per_task)
+    missing = sorted(set(range(len(chunks))) - results.keys())
+    if missing:
+        raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
+    return [results[i] for i in range(len(chunks))]
+
+
+def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, faults: str | None,
+               workers: int) -> dict[int, ChunkResult]:
+    """Chunks on a pool of threads, each with its own sandbox; the first error stops the rest."""
+    results: dict[int, ChunkResult] = {}
+    with ThreadPoolExecutor(max_workers=min(workers, max(1, len(items))), thread_name_prefix="prep-chunk") as pool:
+        futures = {pool.submit(_isolated_chunk, index, blob, limits, faults, kwargs): index for index, blob in items}
+        for future in as_completed(futures):
+            blob, error = future.result()
+            if error is not None:
+                pool.shutdown(cancel_futures=True)
+                raise PrepError(error.strip())
+            results[futures[future]] = pickle.loads(blob)
+    return results
+
+
+def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, faults: str | None,
+                num_cpus_per_task: float) -> dict[int, ChunkResult]:
+    """Chunks as Ray Data tasks (one block each), with finite retries."""
     import ray
 
-    items = [{"index": i, "chunk": pickle.dumps(c)} for i, c in enumerate(chunks)]
-    ds = ray.data.from_items(items, override_num_blocks=max(1, len(items)))
+    ds = ray.data.from_items([{"index": i, "chunk": blob} for i, blob in items], override_num_blocks=max(1, len(items)))
     with warnings.catch_warnings():  # Ray 2.60 takes max_retries (default: forever) only through **ray_remote_args
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
         ds = ds.map_batches(
             _process,
-            fn_kwargs=dict(
-                worker=worker,
-                output_uri=output_uri,
-                rejects_uri=rejects_uri,
-                storage_options=storage_options,
-                max_rows_per_file=max_rows_per_file,
-                limits=limits,
-                faults=os.environ.get(FAULTS_ENV),
-            ),
+            fn_kwargs=dict(limits=limits, faults=faults, **kwargs),
             batch_size=1,
             batch_format="pyarrow",
             num_cpus=num_cpus_per_task,
@@ -184,7 +221,4 @@ def run_chunks(
     except ray.exceptions.RayError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise PrepError(f"a Ray task failed after {limits.max_task_retries} retries (max_task_retries): {type(exc).__name__}: {first}") from None
-    missing = sorted(set(range(len(chunks))) - results.keys())
-    if missing:
-        raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
-    return [results[i] for i in range(len(chunks))]
+    return results

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from prep import storage
 from prep.config import ConfigModel, JobConfig
 from prep.prepare.formats import RowError, Segments, SFTFormatter, TextFormatter
-from prep.prepare.driver import JobPlan, run_prepare
+from prep.prepare.driver import JobPlan, run_prepare, where_it_ran
 from prep.prepare.ids import stable_ids
 from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.job import ChunkOutput
@@ -261,6 +261,6 @@ def format_summary(summary: dict[str, Any]) -> str:
         + (f" -> {s['rows_written']:,} table rows" if s["rows_written"] != s["rows_accepted"] else ""),
         f"  tokens: {s['tokens']:,} ({s['tokens_trained']:,} trained on)" + (f", {s['pad_tokens']:,} pad" if "pad_tokens" in s else ""),
         f"  rejects: {s['rejects']}",
-        f"  time: {s['seconds']['total']}s (ray start {s['seconds']['ray_init']}s, job {s['seconds']['job']}s) over {s['chunks']} chunks of {s['sources']} files",
+        f"  time: {s['seconds']['total']}s ({where_it_ran(s)}job {s['seconds']['job']}s) over {s['chunks']} chunks of {s['sources']} files",
     ]
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 ``builtin:mistral-v3`` builds a fast tokenizer from the SentencePiece model that
 the ``mistral-common`` package ships (Mistral v3, 32,768 ids) plus Mistral's chat
-template, so the demo runs offline on a fresh machine. Anything else goes to
-``transformers.AutoTokenizer`` (a hub id or a local directory).
+template, so the demo runs offline on a fresh machine. A saved tokenizer folder is
+read with ``tokenizers`` alone; anything else goes to ``transformers.AutoTokenizer``
+(a hub id, or a folder without ``tokenizer.json``).
 """
 
 from __future__ import annotations
@@ -129,26 +130,62 @@ class ResolvedTokenizer:
 _BACKENDS: dict[str, Any] = {}
 
 
+_SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
 @functools.lru_cache(maxsize=4)
 def resolve_tokenizer(spec: str) -> ResolvedTokenizer:
-    """Loads ``spec`` with transformers (in the driver) and captures what workers need.
+    """Captures what workers need of ``spec``, once, in the driver.
 
-    The pad id falls back to the EOS id when the tokenizer has no pad token.
+    A local folder with ``tokenizer.json`` (and ``builtin:mistral-v3`` after its first
+    build) is read with ``tokenizers`` alone: importing transformers (and the torch it
+    pulls in) costs seconds of every job's start. Anything else goes through
+    transformers. Both give the same :class:`ResolvedTokenizer` (tested). The pad id
+    falls back to the EOS id when the tokenizer has no pad token.
     """
+    if spec.startswith("builtin:") and spec != BUILTIN_MISTRAL_V3:
+        raise PrepError(f"unknown builtin tokenizer {spec!r}; the builtin one is {BUILTIN_MISTRAL_V3!r}")
+    path = _builtin_mistral_v3_dir() if spec == BUILTIN_MISTRAL_V3 else Path(spec)
+    from_files = _from_files(spec, path) if path.is_dir() else None
+    if from_files is not None:
+        return from_files
     tok = load_tokenizer(spec)
-    backend_json = tok.backend_tokenizer.to_str()
-    template = getattr(tok, "chat_template", None) or None
+    return _resolved(
+        spec, tok.backend_tokenizer.to_str(), getattr(tok, "chat_template", None) or None,
+        {k: v for k, v in tok.special_tokens_map.items() if isinstance(v, str)},
+        tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, len(tok),
+    )
+
+
+def _from_files(spec: str, path: Path) -> ResolvedTokenizer | None:
+    """The tokenizer of a saved HF folder from its files; None when it needs transformers."""
+    files = path / "tokenizer.json", path / "tokenizer_config.json"
+    if not all(f.is_file() for f in files):
+        return None
+    import tokenizers
+
+    config = json.loads(files[1].read_text())
+    template_file = path / "chat_template.jinja"
+    template = template_file.read_text() if template_file.is_file() else config.get("chat_template")
+    if template is not None and not isinstance(template, str):
+        return None  # named templates: transformers' rules pick one
+    backend = tokenizers.Tokenizer.from_file(str(files[0]))
+    special = {}
+    for key in _SPECIAL_KEYS:
+        value = config.get(key)
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str):
+            special[key] = value
+    ids = {key: backend.token_to_id(value) for key, value in special.items()}
+    return _resolved(spec, backend.to_str(), template or None, special, ids.get("bos_token"), ids.get("eos_token"),
+                     ids.get("pad_token"), backend.get_vocab_size(with_added_tokens=True))
+
+
+def _resolved(spec: str, backend_json: str, template: str | None, special: dict[str, str], bos: int | None,
+              eos: int | None, pad: int | None, vocab_size: int) -> ResolvedTokenizer:
     h = hashlib.sha256(backend_json.encode())
     h.update((template or "").encode())
-    eos = tok.eos_token_id
     return ResolvedTokenizer(
-        name=spec,
-        backend_json=backend_json,
-        chat_template=template,
-        special_tokens={k: v for k, v in tok.special_tokens_map.items() if isinstance(v, str)},
-        bos_id=tok.bos_token_id,
-        eos_id=eos,
-        pad_id=tok.pad_token_id if tok.pad_token_id is not None else eos,
-        vocab_size=len(tok),
-        hash=h.hexdigest(),
+        name=spec, backend_json=backend_json, chat_template=template, special_tokens=special, bos_id=bos, eos_id=eos,
+        pad_id=pad if pad is not None else eos, vocab_size=vocab_size, hash=h.hexdigest(),
     )

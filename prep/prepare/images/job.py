@@ -17,7 +17,7 @@ import pyarrow as pa
 import torchvision
 
 from prep import storage
-from prep.prepare.driver import JobPlan, run_prepare
+from prep.prepare.driver import JobPlan, run_prepare, where_it_ran
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan
 from prep.prepare.images.worker import ImageChunkWorker, table_schema
@@ -110,7 +110,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  formats: {formats}" + (f"; {s['decoded_with_pil']:,} decoded by the Pillow fallback" if s["decoded_with_pil"] else ""),
         f"  size: {s['bytes_written']:,} bytes ({s['bytes_per_image']:,} per image)",
         f"  rejects: {s['rejects']}",
-        f"  time: {s['seconds']['total']}s (ray start {s['seconds']['ray_init']}s, job {s['seconds']['job']}s, "
+        f"  time: {s['seconds']['total']}s ({where_it_ran(s)}job {s['seconds']['job']}s, "
         f"{s['images_per_s']:,} images/s) over {s['chunks']} chunks",
     ]
     return "\n".join(lines)
