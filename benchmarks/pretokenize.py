@@ -1,16 +1,23 @@
-"""Pretokenize throughput: the full pipeline against the tokenizer alone, in one run.
+"""Pretokenize, whole command and job alone, against HF datasets and the tokenizer alone, in one run.
 
-    python benchmarks/pretokenize.py [--repeat 24] [--workdir /tmp/prep-bench]
+    python benchmarks/pretokenize.py [--repeat 16] [--runs 3] [--workdir /tmp/prep-bench]
 
-Builds a corpus of GSM8K repeated ``--repeat`` times (24 -> ~100 MB), then runs,
-each in a fresh process so peak memory is its own:
-  ceiling    the tokenizer alone: batch-encode every question and answer in one
-             process (Rust threads on all cores), no I/O; the most this machine can do
-  pipeline   prep's pretokenize job (read -> format -> tokenize -> write Lance) on a
-             local Ray, tokens/s excluding Ray start-up (reported separately): the
-             first job in a fresh Ray (cold workers) and the same job again (warm)
-  pipeline at a quarter of the corpus, to show driver memory does not grow with it
-Prints tokens/s, the ratio to the ceiling, Ray start-up, and the driver's peak RSS.
+The corpus is GSM8K train repeated ``--repeat`` times (16 -> 119,568 rows, ~65 MB), each
+row ``{"question", "answer", "text": question + "\\n" + answer}``, laid out two ways: one
+large JSONL file, and 256 small files. For each layout and each format (``pretrain`` on
+``text``; ``sft`` on question/answer), each measurement in a fresh process, median of
+``--runs``:
+
+  ceiling     the tokenizer alone: ``encode_batch_fast`` over the texts in one process
+              with Rust threads on every core, no I/O (the most this machine can do)
+  hf          HF ``datasets``: load_dataset("json") -> map(batched, num_proc=cores) ->
+              save_to_disk, the whole process (start to exit)
+  prep        ``prep pretokenize ... --json`` as users run it, the whole command (process
+              start to exit), and the job alone (its ``seconds.job``)
+
+Prints tokens/s and the ratios the goals are stated in: prep whole command vs hf (goal
+>= 1.2x faster), prep job alone vs ceiling (goal >= 0.8x), and the fixed overhead
+(whole command minus job: imports, tokenizer, start, commit; goal < 3 s).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -27,90 +34,112 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 TOKENIZER = REPO.parent / "shared" / "data" / "tokenizers" / "mistral-v3"
+PREP = Path(sys.executable).parent / "prep"
+FORMATS = {"pretrain": dict(format="pretrain", text_column="text"), "sft": dict(format="sft", sft={"layout": "qa"})}
+
+HF_SCRIPT = """
+import sys, time
+from datasets import load_dataset
+from transformers import AutoTokenizer
+files, fmt, out, procs = sys.argv[1].split(","), sys.argv[2], sys.argv[3], int(sys.argv[4])
+tok = AutoTokenizer.from_pretrained(sys.argv[5])
+ds = load_dataset("json", data_files=files, split="train")
+def enc(batch):
+    if fmt == "pretrain":
+        return {"input_ids": [ids + [tok.eos_token_id] for ids in tok(batch["text"], add_special_tokens=False)["input_ids"]]}
+    q = tok(batch["question"], add_special_tokens=False)["input_ids"]
+    a = tok(batch["answer"], add_special_tokens=False)["input_ids"]
+    return {"input_ids": [x + y for x, y in zip(q, a)], "loss_mask": [[0] * len(x) + [1] * len(y) for x, y in zip(q, a)]}
+ds = ds.map(enc, batched=True, num_proc=procs, remove_columns=ds.column_names)
+ds.save_to_disk(out)
+print(sum(len(x) for x in ds["input_ids"]))
+"""
+
+CEILING_SCRIPT = """
+import json, sys, time, os
+os.environ["TOKENIZERS_PARALLELISM"] = "true"
+import tokenizers
+tok = tokenizers.Tokenizer.from_file(sys.argv[3] + "/tokenizer.json")
+texts = []
+for path in sys.argv[1].split(","):
+    for line in open(path):
+        row = json.loads(line)
+        texts += [row["text"]] if sys.argv[2] == "pretrain" else [row["question"], row["answer"]]
+t0 = time.perf_counter()
+tokens = sum(len(e.ids) for i in range(0, len(texts), 8192) for e in tok.encode_batch_fast(texts[i:i + 8192], add_special_tokens=False))
+print(json.dumps({"tokens": tokens, "seconds": time.perf_counter() - t0}))
+"""
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def make_corpus(workdir: Path, repeat: int) -> Path:
-    path = workdir / f"gsm8k-x{repeat}.jsonl"
-    if not path.exists():
-        data = GSM8K.read_bytes()
-        with open(path, "wb") as f:
+def make_corpus(workdir: Path, repeat: int) -> dict[str, list[Path]]:
+    """One large file and the same rows as 256 small files."""
+    big, small_dir = workdir / f"gsm8k-x{repeat}.jsonl", workdir / f"gsm8k-x{repeat}-parts"
+    if not big.exists():
+        rows = [json.loads(line) for line in GSM8K.open()]
+        with open(big, "w") as f:
             for _ in range(repeat):
-                f.write(data)
-    return path
+                for r in rows:
+                    f.write(json.dumps({**r, "text": r["question"] + "\n" + r["answer"]}) + "\n")
+    if not small_dir.exists():
+        small_dir.mkdir()
+        lines = big.read_text().splitlines(keepends=True)
+        per = -(-len(lines) // 256)
+        for i in range(256):
+            (small_dir / f"part-{i:03d}.jsonl").write_text("".join(lines[i * per:(i + 1) * per]))
+    return {"one large file": [big], "256 small files": sorted(small_dir.glob("*.jsonl"))}
 
 
-def stage_ceiling(corpus: Path) -> dict:
-    os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    from prep.prepare.tokenizer import resolve_tokenizer
-
-    tok = resolve_tokenizer(str(TOKENIZER)).backend()
-    texts = []
-    with open(corpus) as f:
-        for line in f:
-            row = json.loads(line)
-            texts += [row["question"], row["answer"]]
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
     t0 = time.perf_counter()
-    tokens = 0
-    for i in range(0, len(texts), 8192):
-        tokens += sum(len(e.ids) for e in tok.encode_batch_fast(texts[i : i + 8192], add_special_tokens=False))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
-    return {"tokens": tokens, "seconds": dt, "tok_per_s": tokens / dt, "peak_rss_mb": peak_rss_mb()}
-
-
-def stage_pipeline(corpus: Path, workdir: Path) -> dict:
-    from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
-
-    cfg = PretokenizeConfig.model_validate(dict(
-        input=str(corpus), output=str(workdir / f"{corpus.stem}.lance"), overwrite=True,
-        tokenizer=str(TOKENIZER), format="sft", sft={"layout": "qa"}))
-    cold = run_pretokenize(cfg)  # a fresh Ray: workers start, import and build the tokenizer
-    warm = run_pretokenize(cfg)  # the same job again in the same Ray: what a long job sees after its first chunks
-    return {
-        "tokens": warm["tokens"], "rows": warm["rows_written"], "chunks": warm["chunks"],
-        "ray_init_s": cold["seconds"]["ray_start"], "cold_job_s": cold["seconds"]["job"], "job_s": warm["seconds"]["job"],
-        "cold_tok_per_s": cold["tokens"] / cold["seconds"]["job"], "tok_per_s": warm["tokens"] / warm["seconds"]["job"],
-        "driver_peak_rss_mb": peak_rss_mb(),
-    }
-
-
-def run_stage(name: str, *args: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--stage", name, *args], capture_output=True, text=True, check=False)
     if out.returncode:
-        raise SystemExit(f"stage {name} failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"failed: {' '.join(cmd[:4])} ...\n{out.stderr[-3000:]}")
+    return dt, out.stdout
+
+
+def run_prep(files: list[Path], fmt: str, workdir: Path) -> tuple[float, float, int]:
+    """(whole command seconds, job seconds, tokens)."""
+    config = workdir / f"{fmt}.yaml"
+    config.write_text(json.dumps({"input": [str(f) for f in files], "output": str(workdir / "prep.lance"),
+                                  "tokenizer": str(TOKENIZER), **FORMATS[fmt]}))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    whole, out = timed([str(PREP), "pretokenize", "--config", str(config), "--overwrite", "--json"], env)
+    summary = json.loads(out)
+    return whole, summary["seconds"]["job"], summary["tokens"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=24)
+    parser.add_argument("--repeat", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", default="/tmp/prep-bench")
-    parser.add_argument("--stage", choices=["ceiling", "pipeline"], help=argparse.SUPPRESS)
-    parser.add_argument("--corpus", help=argparse.SUPPRESS)
     args = parser.parse_args()
     workdir = Path(args.workdir)
-    if args.stage:
-        corpus = Path(args.corpus)
-        result = stage_ceiling(corpus) if args.stage == "ceiling" else stage_pipeline(corpus, workdir)
-        print(json.dumps(result))
-        return
     workdir.mkdir(parents=True, exist_ok=True)
-    corpus = make_corpus(workdir, args.repeat)
-    small = make_corpus(workdir, max(1, args.repeat // 4))
-    print(f"corpus: {corpus} ({corpus.stat().st_size / 1e6:.0f} MB), {os.cpu_count()} cores")
-    ceiling = run_stage("ceiling", "--corpus", str(corpus))
-    pipe = run_stage("pipeline", "--corpus", str(corpus), "--workdir", str(workdir))
-    pipe_small = run_stage("pipeline", "--corpus", str(small), "--workdir", str(workdir))
-    print(f"tokenizer alone (ceiling): {ceiling['tok_per_s'] / 1e6:.2f} M tok/s  ({ceiling['tokens']:,} tokens in {ceiling['seconds']:.1f}s)")
-    print(f"pipeline, warm workers:     {pipe['tok_per_s'] / 1e6:.2f} M tok/s  ({pipe['tokens']:,} tokens, {pipe['rows']:,} rows, {pipe['chunks']} chunks, job {pipe['job_s']:.1f}s)")
-    print(f"pipeline, cold workers:     {pipe['cold_tok_per_s'] / 1e6:.2f} M tok/s  (first job in a fresh Ray, job {pipe['cold_job_s']:.1f}s)")
-    print(f"ratio to ceiling:           {pipe['tok_per_s'] / ceiling['tok_per_s']:.2f}x warm, {pipe['cold_tok_per_s'] / ceiling['tok_per_s']:.2f}x cold")
-    print(f"Ray start-up (excluded):    {pipe['ray_init_s']:.1f}s")
-    print(f"driver peak RSS:            {pipe['driver_peak_rss_mb']:.0f} MB at {args.repeat}x, {pipe_small['driver_peak_rss_mb']:.0f} MB at {max(1, args.repeat // 4)}x")
-    print(f"ceiling process peak RSS:   {ceiling['peak_rss_mb']:.0f} MB (holds all texts)")
+    cores = os.cpu_count() or 1
+    layouts = make_corpus(workdir, args.repeat)
+    print(f"GSM8K x{args.repeat}, {cores} cores, median of {args.runs} fresh processes each; tokenizer {TOKENIZER.name}")
+    print(f"{'layout':<16} {'format':<9} {'ceiling':>9} {'hf whole':>9} {'prep whole':>11} {'prep job':>9}"
+          f" {'prep/hf':>8} {'job/ceil':>9} {'fixed s':>8}")
+    for layout, files in layouts.items():
+        joined = ",".join(map(str, files))
+        for fmt in FORMATS:
+            ceil = [json.loads(timed([sys.executable, "-c", CEILING_SCRIPT, joined, fmt, str(TOKENIZER)])[1]) for _ in range(args.runs)]
+            tokens = ceil[0]["tokens"]
+            ceiling_s = statistics.median(c["seconds"] for c in ceil)
+            hf_s = statistics.median(
+                timed([sys.executable, "-c", HF_SCRIPT, joined, fmt, str(workdir / "hf"), str(cores), str(TOKENIZER)])[0]
+                for _ in range(args.runs))
+            preps = [run_prep(files, fmt, workdir) for _ in range(args.runs)]
+            whole_s, job_s = statistics.median(p[0] for p in preps), statistics.median(p[1] for p in preps)
+            prep_tokens = preps[0][2]
+            m = 1e6
+            print(f"{layout:<16} {fmt:<9} {tokens / ceiling_s / m:>8.2f}M {tokens / hf_s / m:>8.2f}M"
+                  f" {prep_tokens / whole_s / m:>10.2f}M {prep_tokens / job_s / m:>8.2f}M"
+                  f" {hf_s / whole_s:>7.2f}x {(prep_tokens / job_s) / (tokens / ceiling_s):>8.2f}x {whole_s - job_s:>8.1f}")
+    print("tokens/s; prep/hf = hf whole seconds / prep whole seconds (goal >= 1.2); job/ceil goal >= 0.8; fixed goal < 3 s")
+    print("prep counts EOS (pretrain) and chat-template tokens (sft) the ceiling does not: its token count is the larger")
 
 
 if __name__ == "__main__":

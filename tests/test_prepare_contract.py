@@ -206,3 +206,18 @@ def test_the_local_executor_isolates_an_item_that_crashes_its_worker(monkeypatch
     assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (25, 23, 2)
     reasons = lance.dataset(cfg.rejects_uri).to_table().to_pylist()
     assert any(r["source"].endswith(victim.name) and "signal 11" in r["reason"] for r in reasons)
+
+
+def test_an_image_chunk_is_written_as_a_stream_of_small_batches(tmp_path):
+    """A task holds one batch of pixels at a time, never the whole chunk."""
+    from prep import storage
+    from prep.prepare.images.sources import plan
+    from prep.prepare.images.worker import _BATCH_ROWS, ImageChunkWorker
+
+    cfg = ImagesConfig.model_validate(dict(input=str(HYMENOPTERA), output=str(tmp_path / "o.lance"), size=16, images_per_chunk=1000))
+    planned = plan(cfg, storage.S3Options())
+    out = ImageChunkWorker(cfg, planned.labels, storage.S3Options())(planned.chunks[0])
+    assert out.counts["rows_read"] == 0  # nothing is decoded before the writer reads the stream
+    sizes = [batch.num_rows for batch in out.table]
+    assert len(sizes) > 1 and max(sizes) == _BATCH_ROWS
+    assert sum(sizes) == out.counts["rows_written"] == out.counts["rows_accepted"] == out.counts["rows_read"] - out.counts["rows_rejected"]

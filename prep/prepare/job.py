@@ -41,9 +41,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ChunkOutput:
-    """What a chunk worker returns: rows, rejects and counters."""
+    """What a chunk worker returns: rows (a table, or a stream of batches whose reading
+    completes ``rejects`` and ``counts``), rejects and counters."""
 
-    table: pa.Table
+    table: pa.Table | pa.RecordBatchReader
     rejects: list[Reject] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
 
@@ -81,7 +82,7 @@ def _run_chunk(
         out = worker(chunk, progress)
         frags = lance_io.write_fragments(
             out.table, output_uri, storage_options=storage_options, max_rows_per_file=max_rows_per_file
-        ) if out.table.num_rows else []
+        ) if isinstance(out.table, pa.RecordBatchReader) or out.table.num_rows else []
         rej = lance_io.write_fragments(
             rejects_table(out.rejects), rejects_uri, storage_options=storage_options
         ) if out.rejects else []

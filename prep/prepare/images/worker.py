@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -94,23 +94,26 @@ class ImageChunkWorker:
     s3: storage.S3Options
 
     def __call__(self, chunk: Any, progress: Progress = NO_PROGRESS) -> ChunkOutput:
+        """The chunk's rows as a stream of record batches: a task holds one batch of pixels
+        at a time, not the whole chunk. ``rejects`` and ``counts`` are complete once the
+        stream has been read (the writer reads it before it looks at them)."""
+        counts: Counter = Counter()
+        rejects: list[Reject] = []
+        schema = table_schema(self.cfg)
+        batches = self._batches(chunk, progress, schema, rejects, counts)
+        return ChunkOutput(pa.RecordBatchReader.from_batches(schema, batches), rejects, counts)
+
+    def _batches(self, chunk: Any, progress: Progress, schema: pa.Schema, rejects: list[Reject],
+                 counts: Counter) -> Iterator[pa.RecordBatch]:
         cfg = self.cfg
         h, w, c = cfg.shape
         fit_ = Fit(h, w, cfg.resize, cfg.interpolation, cfg.antialias, cfg.pad_value)
-        counts: Counter = Counter()
-        rejects: list[Reject] = []
-        id_keys: list[str] = []
-        id_pos: list[int] = []
-        pixels: list[np.ndarray] = []
-        labels: list[int] = []
-        names: list[str] = []
-        sources: list[str] = []
-        encoded: list[bytes] = []
-        originals: list[bytes] = []
+        rows = _Rows(cfg)
         for item, poison in progress.items(read_chunk(chunk, cfg, self.s3), name=_source):
             if isinstance(item, Reject):
                 rejects.append(item)
                 counts["rows_read" if item.is_row else "files_rejected"] += 1
+                counts["rows_rejected"] += item.is_row
                 continue
             counts["rows_read"] += 1
             counts["bytes_read"] += len(item.data)
@@ -121,36 +124,74 @@ class ImageChunkWorker:
                 dec = decode(item.data, c, cfg.max_pixels)
             except (LabelError, ImageError) as exc:
                 rejects.append(Reject(item.reject_source, item.position, str(exc), repr(item.data[:48])))
+                counts["rows_rejected"] += 1
                 continue
             chw = fit(dec.pixels, fit_)
             if tuple(chw.shape) != (c, h, w):  # a decoder broke its contract: fail loudly, never misalign rows
                 raise PrepError(f"{item.source}: decoded to shape {tuple(chw.shape)}, expected {(c, h, w)}; please report this file")
-            hwc = chw.permute(1, 2, 0).contiguous().numpy()
             counts[f"format:{dec.format}"] += 1
             counts["decoded_with_pil"] += dec.via_pil
             counts["animated_first_frame_kept"] += dec.frames > 1
-            id_keys.append(item.id_key)
-            id_pos.append(item.id_pos)
-            if cfg.store_pixels:
-                pixels.append(hwc.reshape(-1))
-            if cfg.encode != "none":
-                encoded.append(_encode(hwc, chw, cfg.encode, cfg.quality))
-            if cfg.keep_original:
-                originals.append(item.data)
-            labels.append(label)
-            names.append(name)
-            sources.append(item.source)
-        counts["rows_rejected"] = sum(r.is_row for r in rejects)
-        counts["rows_accepted"] = len(id_keys)
-        columns: dict[str, Any] = {"id": pa.array(_ids(id_keys, id_pos), pa.uint64())}
+            rows.add(item, chw, label, name)
+            counts["rows_accepted"] += 1
+            if len(rows) == _BATCH_ROWS:
+                yield rows.flush(schema, counts)
+        if len(rows):
+            yield rows.flush(schema, counts)
+
+
+_BATCH_ROWS = 64  # images per record batch: bounds a task's memory (64 x 224x224x3 = 9.6 MB of pixels)
+
+
+class _Rows:
+    """The columns of the rows not yet flushed as a record batch."""
+
+    def __init__(self, cfg: ImagesConfig) -> None:
+        self.cfg = cfg
+        self._clear()
+
+    def _clear(self) -> None:
+        self.id_keys: list[str] = []
+        self.id_pos: list[int] = []
+        self.pixels: list[np.ndarray] = []
+        self.labels: list[int] = []
+        self.names: list[str] = []
+        self.sources: list[str] = []
+        self.encoded: list[bytes] = []
+        self.originals: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.id_keys)
+
+    def add(self, item: Any, chw: torch.Tensor, label: int, name: str) -> None:
+        cfg = self.cfg
+        hwc = chw.permute(1, 2, 0).contiguous().numpy()
+        self.id_keys.append(item.id_key)
+        self.id_pos.append(item.id_pos)
         if cfg.store_pixels:
-            flat = np.concatenate(pixels) if pixels else np.zeros(0, np.uint8)
-            columns["image"] = pa.FixedSizeListArray.from_arrays(pa.array(flat), h * w * c)
-        columns.update(label=pa.array(labels, pa.int32()), label_name=pa.array(names, pa.string()), source=pa.array(sources, pa.string()))
+            self.pixels.append(hwc.reshape(-1))
         if cfg.encode != "none":
-            columns["encoded"] = pa.array(encoded, pa.binary())
+            self.encoded.append(_encode(hwc, chw, cfg.encode, cfg.quality))
         if cfg.keep_original:
-            columns["original"] = pa.array(originals, pa.large_binary())
-        table = pa.table(columns, schema=table_schema(cfg))
-        counts["rows_written"] = table.num_rows
-        return ChunkOutput(table, rejects, counts)
+            self.originals.append(item.data)
+        self.labels.append(label)
+        self.names.append(name)
+        self.sources.append(item.source)
+
+    def flush(self, schema: pa.Schema, counts: Counter) -> pa.RecordBatch:
+        """The pending rows as one record batch (counted as written), and a fresh start."""
+        cfg = self.cfg
+        h, w, c = cfg.shape
+        columns: dict[str, Any] = {"id": pa.array(_ids(self.id_keys, self.id_pos), pa.uint64())}
+        if cfg.store_pixels:
+            columns["image"] = pa.FixedSizeListArray.from_arrays(pa.array(np.concatenate(self.pixels)), h * w * c)
+        columns.update(label=pa.array(self.labels, pa.int32()), label_name=pa.array(self.names, pa.string()),
+                       source=pa.array(self.sources, pa.string()))
+        if cfg.encode != "none":
+            columns["encoded"] = pa.array(self.encoded, pa.binary())
+        if cfg.keep_original:
+            columns["original"] = pa.array(self.originals, pa.large_binary())
+        self._clear()
+        batch = pa.RecordBatch.from_pydict(columns, schema=schema)
+        counts["rows_written"] += batch.num_rows
+        return batch
