@@ -34,8 +34,9 @@ class ReaderDataset(IterableDataset):
         path: a materialized output (``prep materialize-shuffle``), or a prepared Lance table
             when ``plan`` is given.
         global_batch_size: rows per global step, a multiple of the number of splits.
-        rank: this rank (default: ``RANK`` or 0).
-        world_size: ranks (default: ``WORLD_SIZE`` or 1); must divide the number of splits.
+        rank: this rank (default: an initialised ``torch.distributed`` group, else ``RANK``, else
+            ``SLURM_PROCID``, else 0; see :func:`prep.world.rank_and_world_size`).
+        world_size: ranks (default: from the same source as the rank); must divide the number of splits.
         epochs: which epochs to read (default: all in the manifest; with ``plan``: an int n reads 0..n-1).
         plan: read a prepared table directly with this shuffle plan (keys of the manifest's ``plan``).
         transform: ``fn(batch) -> dict of tensors``, run on ``transform_threads`` threads.
