@@ -5,16 +5,20 @@ queues: an I/O thread, a batch-building thread, an optional transform pool.
 
 Use it with ``DataLoader(ds, batch_size=None, num_workers=0)`` (recommended: the
 threads already overlap I/O, batching and training), or through :class:`prep.reader.Loader`.
+Safe to fork before or after iterating: threads and Lance datasets belong to the
+process that iterates (see :mod:`prep.reader.forksafe`).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from prep import storage
+from prep.reader import forksafe
 from prep.reader import state as st
 from prep.reader.batch import Batch
 from prep.reader.manifest import Materialized
@@ -34,8 +38,9 @@ class ReaderDataset(IterableDataset):
         path: a materialized output (``prep materialize-shuffle``), or a prepared Lance table
             when ``plan`` is given.
         global_batch_size: rows per global step, a multiple of the number of splits.
-        rank: this rank (default: ``RANK`` or 0).
-        world_size: ranks (default: ``WORLD_SIZE`` or 1); must divide the number of splits.
+        rank: this rank (default: an initialised ``torch.distributed`` group, else ``RANK``, else
+            ``SLURM_PROCID``, else 0; see :func:`prep.world.rank_and_world_size`).
+        world_size: ranks (default: from the same source as the rank); must divide the number of splits.
         epochs: which epochs to read (default: all in the manifest; with ``plan``: an int n reads 0..n-1).
         plan: read a prepared table directly with this shuffle plan (keys of the manifest's ``plan``).
         transform: ``fn(batch) -> dict of tensors``, run on ``transform_threads`` threads.
@@ -91,6 +96,7 @@ class ReaderDataset(IterableDataset):
         self._position = self.schedule.position(0)
         self._pending: tuple[int, int] | None = None
         self._pipeline: Pipeline | None = None
+        self._pid = os.getpid()  # the process _pipeline belongs to
         self._prev = StatsSnapshot()
 
     # --- state -------------------------------------------------------------------------------------
@@ -120,6 +126,9 @@ class ReaderDataset(IterableDataset):
 
     # --- iteration ---------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
+        if self._pid != os.getpid():  # forked: the parent's pipeline (threads, Lance handles) is not ours to touch
+            forksafe.keep(self._pipeline)
+            self._pipeline, self._pid = None, os.getpid()
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         start = self._pending or (self._position if self._position != self.schedule.end else self.schedule.position(0))
@@ -162,5 +171,6 @@ class ReaderDataset(IterableDataset):
                            tokens=self.spec.kind in TEXT_KINDS, consumer=consumer)
 
     def __getstate__(self) -> dict[str, Any]:
+        """Paths, plan and position only: the unpickling process opens its own datasets and threads."""
         return {**self.__dict__, "_pipeline": None}
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from prep import storage
 from prep.errors import PrepError
+from prep.reader import forksafe
 from prep.reader.source import SplitTable
 
 __all__ = ["Planned", "normalize_plan"]
@@ -41,7 +42,7 @@ def normalize_plan(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 class Planned:
-    """A prepared table read through an on-the-fly plan (pickles as uri + version + plan).
+    """A prepared table read through an on-the-fly plan (holds no handle: pickles and forks as uri + version + plan).
 
     Args:
         uri: the prepared Lance table.
@@ -71,8 +72,6 @@ class Planned:
         sizes = np.array([planlib.split_size(num_rows=self.num_rows, num_splits=self.num_splits, split=s,
                                              **self._plan_args()) for s in range(self.num_splits)], dtype=np.int64)
         self.split_rows = {e: sizes for e in self.epochs}
-        self._ds: Any = ds
-        self._pid = os.getpid()
 
     def _keys(self, ds: Any) -> np.ndarray:
         from prep.plan.hash import row_keys
@@ -83,16 +82,10 @@ class Planned:
         return {"strategy": self.plan["strategy"], "seed": self.plan["seed"], "clump": self.plan["clump"],
                 "hash_keys": self._hash_keys}
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_ds": None}  # workers reopen the same version lazily
-
     def open_split(self, epoch: int, split: int, columns: list[str]) -> "PlannedSplit":
-        if self._ds is None or self._pid != os.getpid():
-            from prep.lance_io import open_table
-
-            self._pid = os.getpid()
-            self._ds = open_table(self.uri, self.source_version, storage.lance_storage_options(self.uri, self.s3))
-        return PlannedSplit(self, SplitTable(self.uri, self._ds, columns), epoch, split)
+        """Split ``split`` of ``epoch``, on this process's own handle of the pinned table version."""
+        ds = forksafe.dataset(self.uri, self.source_version, storage.lance_storage_options(self.uri, self.s3))
+        return PlannedSplit(self, SplitTable(self.uri, ds, columns), epoch, split)
 
 
 class PlannedSplit:

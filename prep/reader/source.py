@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from prep import storage
 from prep.errors import PrepError
+from prep.reader import forksafe
 from prep.reader.schedule import Schedule
 
 __all__ = ["Ragged", "RawChunk", "SplitTable", "ChunkSource", "columns_to_numpy", "EPOCH_KEY", "STEP_KEY"]
@@ -68,10 +69,8 @@ class SplitTable:
     @classmethod
     def open(cls, uri: str, *, expected_rows: int, columns: list[str], s3: storage.S3Options | None = None) -> "SplitTable":
         """Opens ``uri``; its row count must equal the manifest's ``expected_rows``."""
-        import lance  # lazily: opened in the I/O thread, never before a fork
-
-        try:
-            ds = lance.dataset(uri, storage_options=storage.lance_storage_options(uri, s3))
+        try:  # in the I/O thread of the iterating process, never before a fork
+            ds = forksafe.dataset(uri, None, storage.lance_storage_options(uri, s3))
             rows = ds.count_rows()
         except Exception as exc:  # Lance raises ValueError/OSError/RuntimeError for missing or broken files
             raise PrepError(f"cannot open split dataset {uri} ({_first_line(exc)}); "
