@@ -29,6 +29,7 @@ import time
 import torch
 
 from prep.reader import Loader, ReaderDataset
+from prep.world import rank_and_world_size
 
 log = logging.getLogger("train_sft")
 
@@ -69,7 +70,7 @@ def main() -> None:
 
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    rank, world = rank_and_world_size()  # the reader's own rules: torch.distributed, RANK/WORLD_SIZE, SLURM_*
     if world > 1:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
         if device.type == "cuda":

@@ -108,7 +108,7 @@ def prewarm(
     Args:
         path: materialized output (local path or ``s3://``).
         cache: local cache directory.
-        rank: this rank (default: ``RANK``, else 0).
+        rank: this rank (default: resolved by :func:`prep.world.rank_and_world_size`).
         world_size: number of ranks (default: ``WORLD_SIZE``, else 1); must divide the splits.
         epochs: epochs to copy (default: all in the manifest).
         overwrite: replace a cache holding a different materialization (default False).

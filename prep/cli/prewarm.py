@@ -18,8 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prewarm", help="copy one rank's split datasets (+ manifest) to a local cache, verified")
     p.add_argument("path", help="materialized output directory (local path or s3://)")
     p.add_argument("--cache", required=True, help="local cache directory (laid out like the output)")
-    p.add_argument("--rank", type=at_least(0), help="this rank (default: RANK, else 0)")
-    p.add_argument("--world-size", type=at_least(1), help="number of ranks (default: WORLD_SIZE, else 1)")
+    p.add_argument("--rank", type=at_least(0), help="this rank (default: torch.distributed, RANK, SLURM_PROCID, else 0)")
+    p.add_argument("--world-size", type=at_least(1), help="number of ranks (default: torch.distributed, WORLD_SIZE, SLURM_NTASKS, else 1)")
     p.add_argument("--epochs", type=epoch_list,
                    help="comma-separated epochs to copy (default: all in the manifest)")
     p.add_argument("--overwrite", action="store_true", help="replace a cache that holds a different materialization")
