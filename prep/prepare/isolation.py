@@ -2,7 +2,7 @@
 
 A native decoder can segfault or abort on a malformed file, and some inputs make
 code spin; a Python ``try`` catches neither. So each Ray worker process (each worker
-thread of the local executor) runs its chunks in a long-lived *sandbox* child process
+thread of the local executor, through a :class:`SandboxPool`) runs its chunks in a long-lived *sandbox* child process
 (started once, with ``python -m``: no fork of a process that holds Lance state) and
 watches it:
 
@@ -34,8 +34,8 @@ import signal
 import struct
 import subprocess
 import sys
+import queue
 import tempfile
-import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -46,7 +46,7 @@ from prep.config import JobConfig
 from prep.errors import PrepError
 from prep.ray_runtime import WORKER_ENV
 
-__all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "run_isolated"]
+__all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "run_isolated", "SandboxPool"]
 
 FAULTS_ENV = "PREP_TEST_FAULTS"
 _IDLE = -1
@@ -228,7 +228,32 @@ class _Sandbox:
                 raise PrepError(f"{len(poison)} items crashed or timed out in one chunk (max_bad_items_per_chunk={limits.max_bad_items_per_chunk}); last: {reason}")
 
 
-_SANDBOXES = threading.local()  # one per thread: a Ray worker has one, the local executor one per worker thread
+_SANDBOX = _Sandbox()  # a Ray worker process's own
+
+
+class SandboxPool:
+    """``size`` sandboxes for the local executor's worker threads, each used by one thread at a time.
+
+    :meth:`close` stops them (and waits for them), so their CPU time is the caller's.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._all = [_Sandbox() for _ in range(size)]
+        self._free: queue.SimpleQueue[_Sandbox] = queue.SimpleQueue()
+        for sandbox in self._all:
+            self._free.put(sandbox)
+
+    def run(self, fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, faults: str | None = None) -> Any:
+        """Like :func:`run_isolated`, in whichever sandbox is free."""
+        sandbox = self._free.get()
+        try:
+            return sandbox.run(fn, kwargs, limits, faults)
+        finally:
+            self._free.put(sandbox)
+
+    def close(self) -> None:
+        for sandbox in self._all:
+            sandbox._stop()
 
 
 def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, faults: str | None = None) -> Any:
@@ -246,10 +271,7 @@ def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
     Raises:
         PrepError: the chunk cannot finish within the limits; one line saying why.
     """
-    sandbox = getattr(_SANDBOXES, "sandbox", None)
-    if sandbox is None:
-        sandbox = _SANDBOXES.sandbox = _Sandbox()
-    return sandbox.run(fn, kwargs, limits, faults)
+    return _SANDBOX.run(fn, kwargs, limits, faults)
 
 
 def _child(request_fd: int, reply_fd: int, page_fd: int) -> None:
