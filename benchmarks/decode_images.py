@@ -7,9 +7,11 @@ The ceiling is the same library doing only the work that cannot be avoided, in o
 process on one thread: read the file, ``torchvision.io.decode_image``, ``resize``
 (shorter side) + ``center_crop``, HWC uint8. The job adds listing, the header check
 (format by content, pixel limit), labels and ids, Ray Data tasks, Arrow rows, Lance
-fragment writes, the rejects table and the commit. Ray start-up and the workers'
-first imports (torch, lance) are excluded: the job is timed after a warm-up run in
-the same Ray. ``ratio`` is job / ceiling; ``per_core`` divides by the job's CPUs, so
+fragment writes, the rejects table and the commit, with ``--executor local`` (this
+machine's CPUs, the default on one machine) or ``ray`` (a local Ray, as on a cluster;
+its start-up and its workers' first imports are excluded: the job is timed after a
+warm-up run in the same Ray; the local executor starts its sandboxes in every job).
+``ratio`` is job / ceiling; ``per_core`` divides by the job's CPUs, so
 1.0 there means no overhead at all. Each side runs ``--repeat`` times, ceiling
 passes alternating with job runs so both see the same load; the median of the paired
 ratios is reported. The machine's CPUs may be shared, so the load average is printed,
@@ -69,8 +71,9 @@ def ray_cpu_seconds() -> float:
     depend on what else the machine is running."""
     import psutil
 
-    total = 0.0
     me = psutil.Process()
+    own = me.cpu_times()
+    total = own.children_user + own.children_system  # children already gone: the local executor's sandboxes
     for proc in [me, *me.children(recursive=True)]:
         try:
             t = proc.cpu_times()
@@ -93,22 +96,24 @@ def measure(root: Path, files: list[Path], work: Path, args: argparse.Namespace)
     from prep.ray_runtime import init_ray
 
     t0 = time.perf_counter()
-    init_ray(num_cpus=args.cpus)
+    if args.executor == "ray":
+        init_ray(num_cpus=args.cpus)
     ray_start = time.perf_counter() - t0
+    common = dict(size=args.size, executor=args.executor, ray={"num_cpus": args.cpus})
     warm = work / "warm"  # workers import torch/lance on their first task: not part of the steady state
     for p in files[: 4 * args.cpus]:
         (warm / p.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(p, warm / p.parent.name / p.name)
-    run_decode_images(load_config(ImagesConfig, None, input=str(warm), output=str(work / "warm.lance"), images_per_chunk=2, size=args.size))
+    run_decode_images(load_config(ImagesConfig, None, input=str(warm), output=str(work / "warm.lance"), images_per_chunk=2, **common))
     ceiling_pass(files[:8], args.size)  # warm the codecs
-    tiny = run_decode_images(load_config(ImagesConfig, None, input=str(warm), output=str(work / "tiny.lance"), images_per_chunk=4 * args.cpus, size=args.size))
+    tiny = run_decode_images(load_config(ImagesConfig, None, input=str(warm), output=str(work / "tiny.lance"), images_per_chunk=4 * args.cpus, **common))
     ceils, runs, cpu_ceiling, cpu_job = [], [], [], []
     for k in range(args.repeat):
         cpu0 = time.process_time()
         ceils.append(ceiling_pass(files, args.size))
         cpu_ceiling.append(time.process_time() - cpu0)
         cpu0 = ray_cpu_seconds()
-        cfg = load_config(ImagesConfig, None, input=str(root), output=str(work / f"bench-{k}.lance"), size=args.size, images_per_chunk=args.images_per_chunk, source="imagefolder")
+        cfg = load_config(ImagesConfig, None, input=str(root), output=str(work / f"bench-{k}.lance"), images_per_chunk=args.images_per_chunk, source="imagefolder", **common)
         runs.append(run_decode_images(cfg))
         cpu_job.append(ray_cpu_seconds() - cpu0)
     return ceils, runs, ray_start, tiny["seconds"]["job"], (cpu_ceiling, cpu_job)
@@ -118,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--input", type=Path, default=DEFAULT_INPUT, help="an ImageFolder tree (default: hymenoptera train)")
     ap.add_argument("--copies", type=int, default=4, help="replicate the tree this many times (default 4)")
-    ap.add_argument("--cpus", type=int, default=2, help="Ray CPUs for the job (default 2)")
+    ap.add_argument("--cpus", type=int, default=2, help="CPUs (workers) for the job (default 2)")
+    ap.add_argument("--executor", choices=["local", "ray"], default="local",
+                    help="local (default: what a one-machine run uses) or ray (a local Ray, as on a cluster)")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--images-per-chunk", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of each side; medians are reported (default 3)")
@@ -161,11 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
     else:
         r = result
-        print(f"{r['images']} images, {args.size}x{args.size} RGB, {r['cpus']} Ray CPUs of {r['machine_cpus']} (load avg {r['load_average_1m']})")
+        print(f"{r['images']} images, {args.size}x{args.size} RGB, executor {args.executor}, {r['cpus']} CPUs of {r['machine_cpus']} (load avg {r['load_average_1m']})")
         print(f"  ceiling (decode+resize, 1 process, 1 thread): {r['ceiling_images_per_s']:,} images/s (median of {r['ceiling_runs']})")
-        print(f"  job (Ray Data -> Lance, warm workers):        {r['job_images_per_s']:,} images/s (median of {r['job_runs']})")
+        print(f"  job (-> Lance; after a warm-up job):          {r['job_images_per_s']:,} images/s (median of {r['job_runs']})")
         print(f"  ratio job/ceiling: {r['ratio']}  (median of paired runs {r['ratio_runs']}; per Ray CPU: {r['per_core']})")
-        print(f"  CPU per image (all Ray processes for the job): ceiling {r['cpu_ms_per_image_ceiling']} ms, job {r['cpu_ms_per_image_job']} ms"
+        print(f"  CPU per image (every process of the job): ceiling {r['cpu_ms_per_image_ceiling']} ms, job {r['cpu_ms_per_image_job']} ms"
               f" -> CPU ratio {r['cpu_ratio']} (load-independent)")
         print(f"  bytes written per image: {r['bytes_per_image']:,} (pixels alone {r['pixel_bytes_per_image']:,})")
         print(f"  Ray start-up, excluded: {r['ray_start_s']}s; fixed cost per job (a one-chunk job): {r['fixed_per_job_s']}s")

@@ -165,7 +165,7 @@ def run_worker(cfg: ImagesConfig):
     planned = plan(cfg)
     worker = ImageChunkWorker(cfg, planned.labels, S3Options())
     outs = [worker(c) for c in planned.chunks]
-    table = pa.concat_tables([o.table for o in outs])
+    table = pa.concat_tables([o.table.read_all() for o in outs])  # reading the stream completes rejects and counts
     rejects = [r for o in outs for r in o.rejects]
     counts = sum((o.counts for o in outs), __import__("collections").Counter())
     return planned, table, rejects, counts
