@@ -4,14 +4,43 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
-__all__ = ["init_ray", "WORKER_ENV"]
+__all__ = ["init_ray", "use_ray", "WORKER_ENV"]
 
 log = logging.getLogger(__name__)
 
 # Every task's tokenizer would otherwise spawn a thread per core and fight the
 # other tasks for them; Ray gives each task its CPU share, we keep to it.
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "LANCE_LOG": "error"}
+
+
+def use_ray(address: str | None = None) -> bool:
+    """Whether a job should run on Ray: only when there is a cluster to use.
+
+    A cluster is there when ``address`` (``--ray-address``) is given, when
+    ``RAY_ADDRESS`` is set (as under ``ray job submit``), or when Ray is already
+    initialised in this process. Otherwise a job runs on this machine without
+    Ray: starting a fresh local Ray costs seconds and buys nothing on one machine.
+    Checking does not import Ray.
+
+    Args:
+        address (str | None): the address the user passed, if any (default None).
+
+    Returns:
+        True to run on Ray (joining that cluster), False to run in this process.
+
+    Example:
+        >>> import os
+        >>> use_ray("ray://head:10001")
+        True
+        >>> use_ray(None) == bool(os.environ.get("RAY_ADDRESS") or ("ray" in sys.modules and sys.modules["ray"].is_initialized()))
+        True
+    """
+    if address or os.environ.get("RAY_ADDRESS"):
+        return True
+    ray = sys.modules.get("ray")  # imported means someone may have started it; not imported means not started
+    return bool(ray is not None and ray.is_initialized())
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:

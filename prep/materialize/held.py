@@ -1,0 +1,63 @@
+"""Rows held in memory, and how a split takes its read order from them.
+
+Taking rows from an in-memory Arrow table costs a fraction of a Lance ``take``
+per row (measured: a full random epoch of GSM8K x16 in 0.4 s on 2 threads vs
+1.4 s through Lance), so both executors hand a split task the rows it needs
+when they can: the Ray executor as the pieces the gather pass cut for the split
+(:mod:`prep.materialize.gather`), the local executor as all the rows of a group
+of splits read in one sequential pass (:mod:`prep.materialize.local`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from prep import plan
+from prep.materialize.job import Job, _dataset
+from prep.materialize.rows import read_range
+
+__all__ = ["Held", "hold_splits"]
+
+
+@dataclass(frozen=True)
+class Held:
+    """Selected rows in memory.
+
+    Args:
+        rows (pa.Table): the rows, one chunk (a take from a chunked table concatenates it first, every time).
+        positions (np.ndarray): selected position of each row, ascending.
+    """
+
+    rows: pa.Table
+    positions: np.ndarray
+
+    def batches(self, order: np.ndarray, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """The rows at positions ``order`` (all held), in that order, ``batch_rows`` at a time."""
+        local = np.searchsorted(self.positions, order)
+        for i in range(0, len(local), batch_rows):
+            yield from self.rows.take(pa.array(local[i : i + batch_rows])).to_batches()
+
+
+def hold_splits(job: Job, splits: range, hash_keys: np.ndarray | None, chunk_rows: int) -> Held:
+    """Reads the selected rows in order, ``chunk_rows`` at a time, keeping those of ``splits``.
+
+    One sequential pass over the selected rows, whatever the strategy: the rows
+    of every split in ``splits`` end up in memory, in position order.
+    """
+    source = _dataset(job, job.source, job.version)
+    every = splits == range(job.plan["num_splits"])
+    kept, positions = [], []
+    for start in range(0, job.num_selected, chunk_rows):
+        stop = min(start + chunk_rows, job.num_selected)
+        table, pos = read_range(job, source, start, stop), np.arange(start, stop)
+        if not every:
+            owner = plan.assign_rows(positions=pos, hash_keys=hash_keys, **job.split_kwargs())
+            mine = (owner >= splits.start) & (owner < splits.stop)
+            table, pos = table.filter(pa.array(mine)), pos[mine]
+        kept.append(table)
+        positions.append(pos)
+    return Held(pa.concat_tables(kept).combine_chunks(), np.concatenate(positions))
