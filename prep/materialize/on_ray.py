@@ -10,6 +10,7 @@ cancels the others and is re-raised in the driver as one line naming the
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import ray
 
 from prep.errors import PrepError, one_line
@@ -19,6 +20,14 @@ from prep.materialize.write import _write_split
 from prep.ray_runtime import init_ray
 
 __all__ = ["run_on_ray"]
+
+
+def _released(fn, where: str, *args):
+    """A task that hands its Arrow memory back to the OS when done: a worker runs many tasks, each holding a split."""
+    try:
+        return _run_task(fn, where, *args)
+    finally:
+        pa.default_memory_pool().release_unused()
 
 
 def run_on_ray(job: Job, source, todo: list[tuple[int, int]], hash_keys: np.ndarray | None, *,
@@ -37,7 +46,7 @@ def run_on_ray(job: Job, source, todo: list[tuple[int, int]], hash_keys: np.ndar
         PrepError: the first task that failed, with where it happened.
     """
     init_ray(address, num_cpus=num_cpus)
-    remote = ray.remote(num_cpus=1, max_retries=2)(_run_task)
+    remote = ray.remote(num_cpus=1, max_retries=2)(_released)
     hash_ref = ray.put(hash_keys) if hash_keys is not None else None
     if _gather_mode(job.plan):
         pieces = _gather_pieces(job, source, remote, hash_ref)

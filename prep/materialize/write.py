@@ -75,5 +75,4 @@ def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None,
     record = {"fingerprint": job.fingerprint, "epoch": epoch, "split": split, "path": rel,
               "num_rows": checksum.num_rows, "checksum": checksum.hexdigest()}
     storage.write_json_atomic(storage.join(job.output, _done_path(epoch, split)), record, job.s3)
-    pa.default_memory_pool().release_unused()
     return record
