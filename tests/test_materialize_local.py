@@ -52,10 +52,10 @@ def test_local_and_ray_executors_write_identical_outputs(synthetic, tmp_path, ra
     assert verify(str(tmp_path / "local")).ok
 
 
-@pytest.mark.parametrize("clump", [1, 64])
-def test_local_executor_beyond_its_memory_budget_writes_the_same(synthetic, tmp_path, monkeypatch, clump):
+@pytest.mark.parametrize("strategy,clump", [("random", 1), ("hash", 1), ("random", 64)])
+def test_local_executor_beyond_its_memory_budget_writes_the_same(synthetic, tmp_path, monkeypatch, strategy, clump):
     """Rows that do not fit: groups of splits (small clumps) or per-split takes (large clumps)."""
-    kw = dict(table=synthetic, epochs=2, splits=7, clump=clump, executor="local", read_rows=300)
+    kw = dict(table=synthetic, epochs=2, splits=7, strategy=strategy, clump=clump, executor="local", read_rows=300)
     whole = materialize_shuffle(output=str(tmp_path / "whole"), **kw)
     monkeypatch.setattr(local, "HOLD_BYTES", 40_000)  # the table is ~1 MB: 7 groups of one split
     assert len(local._groups(7, 1_000_000)) == 7

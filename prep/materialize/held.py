@@ -47,6 +47,15 @@ def hold_splits(job: Job, splits: range, hash_keys: np.ndarray | None, chunk_row
 
     One sequential pass over the selected rows, whatever the strategy: the rows
     of every split in ``splits`` end up in memory, in position order.
+
+    Args:
+        job (Job): the run.
+        splits (range): the splits whose rows to keep (all of them: no filtering).
+        hash_keys (np.ndarray | None): one key per selected row (``hash`` strategy), else None.
+        chunk_rows (int): rows per sequential read.
+
+    Returns:
+        The held rows and their positions.
     """
     source = _dataset(job, job.source, job.version)
     every = splits == range(job.plan["num_splits"])

@@ -59,13 +59,13 @@ def _run_all(pool: ThreadPoolExecutor, calls: list[tuple[str, Any, tuple]]) -> l
     return [f.result() for f in futures]
 
 
-def run_local(job: Job, source, todo: list[tuple[int, int]], hash_keys: np.ndarray | None, *,
+def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.ndarray | None, *,
               num_cpus: int | None) -> list[dict]:
     """Writes the (epoch, split) pairs in ``todo`` on threads of this process; returns their done records.
 
     Args:
         job (Job): the run.
-        source: the open source table.
+        source (lance.LanceDataset): the open source table.
         todo (list[tuple[int, int]]): (epoch, split) pairs to write.
         hash_keys (np.ndarray | None): one key per selected row (``hash`` strategy), else None.
         num_cpus (int | None): threads (default: the CPUs of this machine).

@@ -9,6 +9,8 @@ cancels the others and is re-raised in the driver as one line naming the
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 import pyarrow as pa
 import ray
@@ -22,7 +24,7 @@ from prep.ray_runtime import init_ray
 __all__ = ["run_on_ray"]
 
 
-def _released(fn, where: str, *args):
+def _released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
     """A task that hands its Arrow memory back to the OS when done: a worker runs many tasks, each holding a split."""
     try:
         return _run_task(fn, where, *args)
@@ -30,13 +32,13 @@ def _released(fn, where: str, *args):
         pa.default_memory_pool().release_unused()
 
 
-def run_on_ray(job: Job, source, todo: list[tuple[int, int]], hash_keys: np.ndarray | None, *,
+def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.ndarray | None, *,
                address: str | None, num_cpus: int | None) -> list[dict]:
     """Writes the (epoch, split) pairs in ``todo`` on Ray; returns their done records.
 
     Args:
         job (Job): the run.
-        source: the open source table (the driver's handle, for sizing the gather pass).
+        source (lance.LanceDataset): the open source table (the driver's handle, for sizing the gather pass).
         todo (list[tuple[int, int]]): (epoch, split) pairs to write.
         hash_keys (np.ndarray | None): one key per selected row (``hash`` strategy), else None.
         address (str | None): cluster to join (default ``RAY_ADDRESS``, else a local Ray).
