@@ -122,3 +122,13 @@ def test_sigkill_of_a_local_run_then_rerun_matches_an_uninterrupted_run(syntheti
 def test_an_unknown_executor_is_refused(synthetic, tmp_path):
     with pytest.raises(PrepError, match=r"executor='gpu' is not one of \['auto', 'ray', 'local'\]"):
         materialize_shuffle(table=synthetic, output=str(tmp_path / "o"), epochs=1, executor="gpu")
+
+
+def test_a_failing_local_read_names_where_and_leaves_no_manifest(tmp_path):
+    src = tables.synthetic_table(str(tmp_path / "src.lance"), num_rows=3000, max_len=40, fragment_rows=1000)
+    last = lance.dataset(src).get_fragments()[-1].data_files()[0].path
+    os.remove(os.path.join(src, "data", os.path.basename(last)))  # a data file lost after the table was committed
+    out = tmp_path / "out"
+    with pytest.raises(PrepError, match=r"^reading the rows of splits 0\.\.3: "):
+        materialize_shuffle(table=src, output=str(out), epochs=1, splits=4, executor="local")
+    assert not (out / "manifest.json").exists()

@@ -48,13 +48,11 @@ def _groups(num_splits: int, total_bytes: int) -> list[range]:
 
 
 def _run_all(pool: ThreadPoolExecutor, calls: list[tuple[str, Any, tuple]]) -> list[dict]:
-    """Runs ``(where, fn, args)`` calls on ``pool``; the first error cancels what has not started and is raised."""
+    """Runs ``(where, fn, args)`` calls on ``pool``; the first error is raised as soon as it happens."""
     futures = [pool.submit(_run_task, fn, where, *args) for where, fn, args in calls]
     finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
     failed = [f for f in futures if f in finished and f.exception() is not None]
     if failed:
-        for f in futures:
-            f.cancel()
         raise failed[0].exception()
     return [f.result() for f in futures]
 
@@ -76,10 +74,10 @@ def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.
     row_bytes = bytes_per_row(job, source)
     total = row_bytes * job.num_selected
     records: list[dict] = []
-    with ThreadPoolExecutor(num_cpus or os.cpu_count() or 1, thread_name_prefix="prep-materialize") as pool:
+    pool = ThreadPoolExecutor(num_cpus or os.cpu_count() or 1, thread_name_prefix="prep-materialize")
+    try:
         if total > HOLD_BYTES and not _gather_mode(job.plan):
-            calls = [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys)) for e, s in todo]
-            return _run_all(pool, calls)
+            return _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys)) for e, s in todo])
         chunk_rows = max(job.read_rows, _READ_BYTES // row_bytes)
         for group in _groups(job.plan["num_splits"], total):
             mine = [(e, s) for e, s in todo if s in group]
@@ -89,4 +87,6 @@ def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.
             held = _run_task(hold_splits, where, job, group, hash_keys, chunk_rows)
             records += _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys, held)) for e, s in mine])
             del held
-    return records
+        return records
+    finally:  # an error or Ctrl-C: tasks not started are dropped, the running ones finish their split
+        pool.shutdown(wait=True, cancel_futures=True)
