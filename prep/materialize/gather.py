@@ -1,7 +1,7 @@
 """The gather pass of the Ray executor: how a split gets its rows when clumps are small.
 
-A Lance ``take`` per row costs ~5x a scan, so with small clumps (below
-``GATHER_BELOW_CLUMP``, any strategy but ``sequential``) map tasks scan
+A Lance ``take`` per row costs ~5x a scan, so with small clumps
+(:func:`prep.materialize.held.reads_scattered`) map tasks scan
 contiguous chunks once per run and cut them into one piece per split (Ray
 object store, spilled to disk when full); each (epoch, split) task
 concatenates its pieces (its rows in position order) and takes them into the
@@ -23,14 +23,9 @@ from prep.materialize.job import Job, _dataset
 from prep.materialize.rows import bytes_per_row, read_range
 from prep.materialize.write import _write_split
 
-__all__ = ["GATHER_BELOW_CLUMP", "GATHER_CHUNK_BYTES"]
+__all__ = ["GATHER_CHUNK_BYTES"]
 
-GATHER_BELOW_CLUMP = 16  # clumps smaller than this go through the gather shuffle (see module docstring)
 GATHER_CHUNK_BYTES = 64 << 20  # rows per gather map task: about this many bytes
-
-
-def _gather_mode(p: dict[str, Any]) -> bool:
-    return p["strategy"] != "sequential" and p["clump"] < GATHER_BELOW_CLUMP
 
 
 def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None) -> tuple[pa.Table, ...] | pa.Table:

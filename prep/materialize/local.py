@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from prep.materialize.gather import _gather_mode
-from prep.materialize.held import hold_splits
+from prep.materialize.held import hold_splits, reads_scattered
 from prep.materialize.job import Job, _run_task
 from prep.materialize.rows import bytes_per_row
 from prep.materialize.write import _write_split
@@ -37,7 +36,7 @@ _READ_BYTES = 64 << 20  # rows per sequential read while holding: about this man
 
 
 def _groups(num_splits: int, total_bytes: int) -> list[range]:
-    """Contiguous groups of splits, each holding about ``HOLD_BYTES`` of rows at most.
+    """Contiguous groups of splits, each holding about ``HOLD_BYTES`` of rows at most (one split per group at least).
 
     >>> _groups(8, 3 * HOLD_BYTES)
     [range(0, 3), range(3, 6), range(6, 8)]
@@ -76,7 +75,7 @@ def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.
     records: list[dict] = []
     pool = ThreadPoolExecutor(num_cpus or os.cpu_count() or 1, thread_name_prefix="prep-materialize")
     try:
-        if total > HOLD_BYTES and not _gather_mode(job.plan):
+        if total > HOLD_BYTES and not reads_scattered(job.plan):
             return _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys)) for e, s in todo])
         chunk_rows = max(job.read_rows, _READ_BYTES // row_bytes)
         for group in _groups(job.plan["num_splits"], total):

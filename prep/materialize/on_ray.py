@@ -16,7 +16,8 @@ import pyarrow as pa
 import ray
 
 from prep.errors import PrepError, one_line
-from prep.materialize.gather import _gather_mode, _gather_pieces, _write_gathered
+from prep.materialize.gather import _gather_pieces, _write_gathered
+from prep.materialize.held import reads_scattered
 from prep.materialize.job import Job, _run_task
 from prep.materialize.write import _write_split
 from prep.ray_runtime import init_ray
@@ -50,7 +51,7 @@ def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np
     init_ray(address, num_cpus=num_cpus)
     remote = ray.remote(num_cpus=1, max_retries=2)(_released)
     hash_ref = ray.put(hash_keys) if hash_keys is not None else None
-    if _gather_mode(job.plan):
+    if reads_scattered(job.plan):
         pieces = _gather_pieces(job, source, remote, hash_ref)
         refs = [remote.remote(_write_gathered, f"epoch {e} split {s}", job, e, s, hash_ref, *[c[s] for c in pieces])
                 for e, s in todo]

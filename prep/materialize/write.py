@@ -5,7 +5,7 @@ One task per (epoch, split), on either executor, writes
 (rows, content checksum). Two ways to get a split's rows:
 
 - ``take``: each chunk of the read order is one Lance ``take``; clumps make it
-  nearly a scan (Ray: sequential strategy or clumps >= ``GATHER_BELOW_CLUMP``;
+  nearly a scan (Ray: when :func:`prep.materialize.held.reads_scattered` is false;
   local: when the selected rows do not fit in memory and clumps are large).
 - ``held``: the split's rows are already in memory (:mod:`prep.materialize.held`)
   and are taken into this epoch's order there.
