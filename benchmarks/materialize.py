@@ -1,27 +1,31 @@
-"""Benchmark: materialize-shuffle against a plain copy of the same table, plus 10^10-row planning.
+"""Benchmark: `prep materialize-shuffle` against ten lines of Lance on the same table, plus 10^10-row planning.
 
-    .venv/bin/python benchmarks/materialize.py --rows 1000000          # the real run (~1 GB table)
-    .venv/bin/python benchmarks/materialize.py --rows 50000 --plan-rows 1e8   # a quick check
+    .venv/bin/python benchmarks/materialize.py                  # the issue's workload (GSM8K train x16)
+    .venv/bin/python benchmarks/materialize.py --repeat 2 --runs 1 --skip-plan   # a quick check
 
-On one Ray (``--num-cpus``, default 2) and one table of tokenized GSM8K rows
-(the real tokenizer; the 7,473 rows repeated with fresh ids up to ``--rows``):
+The table: GSM8K train repeated ``--repeat`` times (16: 119,568 rows, 23.1 M
+tokens) as one JSONL of ``{"text": question + "\\n" + answer}`` rows, prepared
+by ``prep pretokenize`` (``format: pretrain``, the Mistral v3 tokenizer) and
+cached in ``--workdir``. Each row below is the median of ``--runs`` (3) runs,
+each in a fresh process:
 
-- ``copy``: the ceiling: Ray tasks (one per split) each scan a contiguous range
-  of the table and write it as a Lance dataset (default format); no shuffle, no checksum.
-- ``copy-2.0``: the same copy written as Lance 2.0, the format of the materialized splits.
-- ``random-e1`` / ``random``: ``materialize_shuffle(strategy="random", clump=1)`` (full
-  shuffle) for 1 epoch / ``--epochs`` epochs (the gather map pass serves all epochs of a run).
-- ``clump64-e1`` / ``clump64``: the same with ``clump=64``.
-- ``random-take``: clump 1 forced through the ``take`` path (no gather pass), to
-  show why the gather pass exists.
+- ``copy``: a Lance sequential scan -> ``write_dataset`` (default format): the copy ceiling.
+- ``take``: ``take(full permutation)`` -> ``write_dataset`` in one process: what ten
+  lines of user code do.
+- ``cmd``: ``prep materialize-shuffle --epochs 1 --splits 32 [--clump 64]`` as a
+  subprocess, timed from process start to exit (what a user waits for).
+- ``job``: ``materialize_shuffle(...)`` alone in a fresh process (imports excluded):
+  resolve, split writing, manifest.
+- ``ray-job``: the same on the Ray executor, Ray started before the clock (what a
+  cluster run pays per job), to compare the two executors.
 
-For each: seconds, rows/s, tokens/s, MB/s (Arrow value bytes), the ratio to
-the copy (by wall time, and by CPU seconds of all Ray processes, which is
-steadier on a shared machine), and peak memory (USS, private memory, of the
-largest Ray worker; and RSS of all Ray processes together, sampled every 0.1 s). Then, in a fresh process: planning an epoch of
-``--plan-rows`` rows (default 10^10) into 48 splits: enumerate the first
-``--plan-sample`` positions of a few splits, locate single rows, and print
-that process's peak RSS.
+Baselines and jobs are timed around the operation (imports excluded); ``cmd``
+includes everything. CPU seconds are the process's (all threads; for
+``ray-job`` also every Ray process), steadier than wall time on a shared
+machine. Ratios: ``cmd / take`` by wall time (goal <= 1.5), and the copy's
+time over the job's (throughput relative to the copy; goals >= 0.5 for clump 1,
+>= 0.8 for clump 64), by wall and by CPU time. Then, in a fresh process:
+planning an epoch of ``--plan-rows`` rows (default 10^10) into 48 splits in bounded memory.
 """
 
 from __future__ import annotations
@@ -31,93 +35,107 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
-
-import lance  # noqa: E402
-import psutil  # noqa: E402
-
-import tables  # noqa: E402
-from prep import lance_io  # noqa: E402
-from prep.materialize import gather, materialize_shuffle  # noqa: E402
-from prep.materialize.job import DEFAULT_LANCE_FORMAT  # noqa: E402
+SHARED = REPO.parent / "shared" / "data"
+GSM8K = SHARED / "gsm8k" / "train.jsonl"
+TOKENIZER = SHARED / "tokenizers" / "mistral-v3"
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false", "RAY_DISABLE_USAGE_STATS": "1"}
 
 
-class RssSampler:
-    """Peak RSS of this process's descendants (the local Ray), sampled in a thread."""
+def build_table(workdir: Path, repeat: int) -> Path:
+    """The prepared table of the issue's workload, built once with `prep pretokenize` and cached."""
+    table = workdir / f"gsm8k-x{repeat}-pretrain.lance"
+    if (table / "_versions").exists():
+        return table
+    corpus = workdir / f"gsm8k-x{repeat}-text.jsonl"
+    rows = [json.loads(line) for line in GSM8K.open()]
+    with corpus.open("w") as f:
+        for _ in range(repeat):
+            for r in rows:
+                f.write(json.dumps({"text": r["question"] + "\n" + r["answer"]}) + "\n")
+    config = workdir / "pretokenize.yaml"
+    config.write_text(f"input: {corpus}\noutput: {table}\ntokenizer: {TOKENIZER}\nformat: pretrain\n")
+    subprocess.run([sys.executable, "-m", "prep", "pretokenize", "--config", str(config), "--overwrite"],
+                   env=ENV, cwd=REPO, check=True)
+    return table
 
-    def __init__(self, interval: float = 0.1):
-        self.interval, self.peak_total, self.peak_worker = interval, 0, 0
-        self.cpu, self._cpu0 = 0.0, self._cpu_times()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            total = 0
-            for p in me.children(recursive=True):
-                try:
-                    name = " ".join(p.cmdline()[:1])
-                    # USS: private memory; RSS would count the object store pages a worker maps
-                    rss = p.memory_full_info().uss if "ray::" in name else p.memory_info().rss
-                except psutil.Error:
-                    continue
-                total += rss
-                if "ray::" in name:
-                    self.peak_worker = max(self.peak_worker, rss)
-            self.peak_total = max(self.peak_total, total)
-            time.sleep(self.interval)
+def _cpu_self() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
-    @staticmethod
-    def _cpu_times() -> dict[int, float]:
-        out = {}
+
+def stage(name: str, table: str, out: str, clump: int, splits: int) -> dict:
+    """One measurement in this (fresh) process: the operation's wall and CPU seconds."""
+    import lance
+    import numpy as np
+
+    shutil.rmtree(out, ignore_errors=True)
+    if name in ("copy", "take"):
+        ds = lance.dataset(table)
+        t, c = time.perf_counter(), _cpu_self()
+        if name == "copy":
+            lance.write_dataset(ds.scanner().to_reader(), out)
+        else:
+            lance.write_dataset(ds.take(np.random.default_rng(0).permutation(ds.count_rows())), out)
+        return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c}
+    from prep.materialize import materialize_shuffle
+
+    kw = dict(table=table, output=out, epochs=1, splits=splits, clump=clump)
+    if name == "job":
+        t, c = time.perf_counter(), _cpu_self()
+        materialize_shuffle(executor="local", **kw)
+        return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c}
+    import psutil
+
+    from prep.ray_runtime import init_ray
+
+    init_ray(num_cpus=os.cpu_count())
+
+    def cpu_all() -> float:
+        total = 0.0
         for p in [psutil.Process(), *psutil.Process().children(recursive=True)]:
             try:
-                c = p.cpu_times()
-                out[p.pid] = c.user + c.system
+                total += sum(p.cpu_times()[:2])
             except psutil.Error:
                 pass
-        return out
+        return total
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        now = self._cpu_times()  # CPU seconds of the driver and the Ray processes during the run
-        self.cpu = sum(v - self._cpu0.get(pid, 0.0) for pid, v in now.items())
+    t, c = time.perf_counter(), cpu_all()
+    materialize_shuffle(executor="ray", **kw)
+    return {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_all() - c}
 
 
-def _copy_range(src: str, dst: str, start: int, stop: int, batch: int, fmt: str | None) -> int:
-    ds = lance.dataset(src)
-    reader = ds.scanner(offset=start, limit=stop - start, batch_size=batch).to_reader()
-    lance.write_dataset(reader, dst, mode="create", max_rows_per_file=1 << 30, data_storage_version=fmt)
-    return stop - start
-
-
-def run_copy(ray, src: str, out: str, splits: int, batch: int, fmt: str | None = None) -> None:
-    n = lance.dataset(src).count_rows()
-    task = ray.remote(num_cpus=1)(_copy_range)
-    os.makedirs(out, exist_ok=True)
-    refs = [task.remote(src, f"{out}/part-{s:05d}.lance", s * n // splits, (s + 1) * n // splits, batch, fmt)
-            for s in range(splits)]
-    assert sum(ray.get(refs)) == n
+def fresh(name: str, table: Path, out: Path, clump: int, splits: int) -> dict:
+    """``stage`` in a fresh process; for ``cmd``, the prep command itself, process start to exit."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    if name == "cmd":
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [sys.executable, "-m", "prep", "materialize-shuffle", "--table", str(table), "--output", str(out),
+               "--epochs", "1", "--splits", str(splits), "--clump", str(clump)]
+        env = {k: v for k, v in ENV.items() if k != "RAY_ADDRESS"}  # one machine, no cluster: what a user runs
+        subprocess.run(cmd, env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return {"seconds": time.perf_counter() - t,
+                "cpu_seconds": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}
+    proc = subprocess.run([sys.executable, __file__, "--stage", name, "--table", str(table), "--out", str(out),
+                           "--clump", str(clump), "--splits", str(splits)], env=ENV, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"stage {name} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def plan_check(rows: int, sample: int) -> dict:
     """Runs in a fresh process: planning cost and peak RSS at ``rows`` rows."""
     code = f"""
-import json, resource, time, numpy as np
+import json, time, numpy as np
 from prep import plan
 n, S, sample = {rows}, 48, {sample}
 out = {{"rows": n, "splits": S}}
@@ -144,80 +162,62 @@ out["locate_ms"] = (time.time() - t) / 200 * 1000
 out["peak_rss_mb"] = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024  # ru_maxrss survives exec
 print(json.dumps(out))
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=ENV, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000, help="table rows (default 1,000,000)")
-    ap.add_argument("--splits", type=int, default=48)
-    ap.add_argument("--epochs", type=int, default=3, help="epochs per materialization, except *-e1 modes (default 3)")
-    ap.add_argument("--modes", default="copy,copy-2.0,random-e1,random,clump64-e1,clump64,random-take")
-    ap.add_argument("--lance-format", default=DEFAULT_LANCE_FORMAT, help="format of the materialized splits")
+    ap.add_argument("--repeat", type=int, default=16, help="GSM8K train copies in the table (default 16)")
+    ap.add_argument("--splits", type=int, default=32)
+    ap.add_argument("--runs", type=int, default=3, help="fresh-process runs per row; the median is printed (default 3)")
     ap.add_argument("--workdir", default="/tmp/prep-bench-materialize")
-    ap.add_argument("--num-cpus", type=int, default=2)
-    ap.add_argument("--read-rows", type=int, default=16384)
+    ap.add_argument("--skip-ray", action="store_true", help="leave out the ray-job rows")
     ap.add_argument("--plan-rows", type=float, default=1e10)
     ap.add_argument("--plan-sample", type=int, default=3_000_000, help="positions enumerated per planned split")
     ap.add_argument("--skip-plan", action="store_true")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--stage", help=argparse.SUPPRESS)
+    ap.add_argument("--table", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--clump", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
-
-    import ray
+    if args.stage:
+        print(json.dumps(stage(args.stage, args.table, args.out, args.clump, args.splits)))
+        return
 
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    src = str(work / f"gsm8k-{args.rows}.lance")
-    if not lance_io.table_exists(src):
-        t = time.time()
-        tables.gsm8k_table(src, num_rows=args.rows, fragment_rows=1 << 18)
-        print(f"built {src} in {time.time() - t:.1f}s")
-    meta = lance_io.prep_metadata(lance.dataset(src))
-    rows, tokens = meta["counts"]["rows_written"], meta["counts"]["tokens"]
-    value_bytes = tokens * 5 + rows * (8 + 4 + 4 + 4)  # input_ids int32 + loss_mask int8, id, length, 2 offsets
-    print(f"table: {rows:,} rows, {tokens:,} tokens, {value_bytes / 1e6:,.0f} MB of Arrow values; "
-          f"{os.cpu_count()} CPUs on this host, Ray gets {args.num_cpus}")
+    table = build_table(work, args.repeat)
+    import lance
 
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
-    results = {}
-    try:
-        # warm up: start the workers and import Lance in them, untimed
-        run_copy(ray, src, str(work / "warmup"), args.num_cpus * 2, args.read_rows)
-        shutil.rmtree(work / "warmup", ignore_errors=True)
-        for mode in args.modes.split(","):
-            out = str(work / f"out-{mode}")
-            shutil.rmtree(out, ignore_errors=True)
-            epochs = 1 if mode.startswith("copy") or mode.endswith("-e1") or mode == "random-take" else args.epochs
-            with RssSampler() as rss:
-                t = time.time()
-                if mode.startswith("copy"):
-                    run_copy(ray, src, out, args.splits, args.read_rows, mode[5:] or None)
-                else:
-                    clump = 64 if mode.startswith("clump64") else 1
-                    saved = gather.GATHER_BELOW_CLUMP  # read by the driver only (gather._gather_mode)
-                    gather.GATHER_BELOW_CLUMP = 1 if mode == "random-take" else saved
-                    try:
-                        materialize_shuffle(table=src, output=out, epochs=epochs, splits=args.splits, clump=clump,
-                                            read_rows=args.read_rows, lance_format=args.lance_format)
-                    finally:
-                        gather.GATHER_BELOW_CLUMP = saved
-                dt = time.time() - t
-            r = {"seconds": dt, "cpu_seconds": rss.cpu, "epochs": epochs, "rows_per_s": rows * epochs / dt,
-                 "tokens_per_s": tokens * epochs / dt, "mb_per_s": value_bytes * epochs / dt / 1e6,
-                 "rows_per_cpu_s": rows * epochs / rss.cpu,
-                 "peak_worker_uss_mb": rss.peak_worker / 1e6, "peak_ray_rss_mb": rss.peak_total / 1e6}
-            results[mode] = r
-            base = results.get("copy")
-            r["ratio_to_copy"] = r["rows_per_s"] / base["rows_per_s"] if base else float("nan")
-            r["cpu_ratio_to_copy"] = r["rows_per_cpu_s"] / base["rows_per_cpu_s"] if base else float("nan")
-            print(f"{mode:13s} {epochs} ep {dt:6.1f}s {r['rows_per_s']:>9,.0f} rows/s {r['tokens_per_s'] / 1e6:5.1f} M tok/s "
-                  f"{r['mb_per_s']:6.1f} MB/s  x{r['ratio_to_copy']:4.2f} of copy (by CPU time x{r['cpu_ratio_to_copy']:4.2f})  "
-                  f"peak worker USS {r['peak_worker_uss_mb']:,.0f} MB, all Ray RSS {r['peak_ray_rss_mb']:,.0f} MB", flush=True)
-            shutil.rmtree(out, ignore_errors=True)
-    finally:
-        ray.shutdown()
-    print(f"driver peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
+    ds = lance.dataset(str(table))
+    print(f"table: {table} ({ds.count_rows():,} rows, Lance {ds.data_storage_version}); {os.cpu_count()} CPUs; "
+          f"load average before: {os.getloadavg()[0]:.1f} (a shared machine: compare CPU seconds too)")
+    rows = [("copy", 1), ("take", 1)]
+    for clump in (1, 64):
+        rows += [("cmd", clump), ("job", clump)] + ([] if args.skip_ray else [("ray-job", clump)])
+    results: dict[str, dict] = {}
+    for name, clump in rows:
+        key = name if name in ("copy", "take") else f"{name}-clump{clump}"
+        runs = [fresh(name, table, work / "out", clump, args.splits) for _ in range(args.runs)]
+        results[key] = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "cpu_seconds")}
+        results[key]["runs_seconds"] = [round(r["seconds"], 3) for r in runs]
+    shutil.rmtree(work / "out", ignore_errors=True)
+    copy, take = results["copy"], results["take"]
+    print(f"{'row':22s} {'wall s':>7s} {'CPU s':>7s}  ratios (median of {args.runs}, each in a fresh process)")
+    for key, r in results.items():
+        note = ""
+        if key.startswith("cmd"):
+            note = (f"cmd/take: {r['seconds'] / take['seconds']:.2f}x wall (goal <= 1.5), "
+                    f"{r['cpu_seconds'] / take['cpu_seconds']:.2f}x CPU")
+        elif "job" in key:
+            goal = 0.8 if key.endswith("clump64") else 0.5
+            note = (f"vs copy: {copy['seconds'] / r['seconds']:.2f}x by wall (goal >= {goal}), "
+                    f"{copy['cpu_seconds'] / r['cpu_seconds']:.2f}x by CPU")
+        print(f"{key:22s} {r['seconds']:7.2f} {r['cpu_seconds']:7.2f}  {note}")
+        r["note"] = note
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
     if not args.skip_plan:
         p = plan_check(int(args.plan_rows), args.plan_sample)
         results["plan"] = p

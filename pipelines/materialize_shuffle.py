@@ -2,10 +2,11 @@
 
     ray job submit --working-dir . -- python pipelines/materialize_shuffle.py \\
         --table /data/gsm8k.lance --output /data/gsm8k-shuffled --epochs 3
-    python pipelines/materialize_shuffle.py --table ... --output ... --epochs 3   # starts or joins a local Ray
+    python pipelines/materialize_shuffle.py --table ... --output ... --epochs 3   # on this machine, without Ray
 
 Same code as ``prep materialize-shuffle`` (``prep.materialize.materialize_shuffle``):
-this file only forwards its arguments. Inside a job, Ray is joined through ``RAY_ADDRESS``.
+this file only forwards its arguments. Inside a job, Ray is joined through ``RAY_ADDRESS``
+(:func:`prep.ray_runtime.use_ray`); without a cluster the run stays in this process.
 """
 
 import sys

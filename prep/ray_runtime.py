@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 __all__ = ["init_ray", "use_ray", "WORKER_ENV"]
 
@@ -15,17 +16,27 @@ WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_
 
 
 def use_ray(address: str | None = None) -> bool:
-    """Whether a job should run on Ray: when there is a cluster to use.
+    """Whether a job should run on Ray: only when there is a cluster to use.
 
-    That is an explicit ``address``, ``RAY_ADDRESS`` (as under ``ray job submit``), or a
-    Ray this process already started or joined. Otherwise the job runs on this machine
-    without Ray: starting a fresh one-machine Ray costs seconds and buys nothing.
+    A cluster is there when ``address`` (``--ray-address``) is given, when
+    ``RAY_ADDRESS`` is set (as under ``ray job submit``), or when Ray is already
+    initialised in this process. Otherwise a job runs on this machine without
+    Ray: starting a fresh local Ray costs seconds and buys nothing on one machine.
+    Checking does not import Ray.
+
+    Args:
+        address (str | None): the address the user passed, if any (default None).
+
+    Returns:
+        True to run on Ray (joining that cluster), False to run in this process.
+
+    Example:
+        >>> use_ray("ray://head:10001")
+        True
     """
     if address or os.environ.get("RAY_ADDRESS"):
         return True
-    import sys
-
-    ray = sys.modules.get("ray")  # never import Ray just to ask
+    ray = sys.modules.get("ray")  # imported means someone may have started it; not imported means not started
     return bool(ray is not None and ray.is_initialized())
 
 

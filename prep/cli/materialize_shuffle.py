@@ -18,7 +18,7 @@ def _names(value: str) -> list[str]:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "materialize-shuffle",
-        help="write shuffled epochs as per-split Lance datasets + manifest.json (Ray tasks)",
+        help="write shuffled epochs as per-split Lance datasets + manifest.json",
         description="Write epochs [start-epoch, start-epoch + epochs) of a seeded shuffle plan to OUTPUT. "
         "Rerunning the same command finishes what a killed run left; a larger --epochs adds epochs.",
     )
@@ -39,8 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lance-format", default="2.0", choices=["2.0", "2.1", "2.2", "stable"],
                    help="Lance data storage version of the splits (default 2.0: fastest to write and scan, "
                    "uncompressed; 2.2 is ~2.5x smaller, for object storage)")
-    p.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else start a local Ray)")
-    p.add_argument("--num-cpus", type=at_least(1), help="CPUs of a local Ray (default: all)")
+    p.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS; without either, the run stays in this process)")
+    p.add_argument("--executor", default="auto", choices=["auto", "ray", "local"],
+                   help="auto (default): Ray when a cluster is given (--ray-address, RAY_ADDRESS), else threads in this "
+                   "process; ray: Ray even on one machine (starts a local one); local: this process. Outputs are identical")
+    p.add_argument("--num-cpus", type=at_least(1), help="threads of the local run, or CPUs of a local Ray (default: all)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=run)
 
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         table=args.table, output=args.output, epochs=args.epochs, splits=args.splits, strategy=args.strategy,
         hash_columns=args.hash_columns, clump=args.clump, seed=args.seed, filter=args.filter, columns=args.columns,
         start_epoch=args.start_epoch, overwrite=args.overwrite, read_rows=args.read_rows, lance_format=args.lance_format,
-ray_address=args.ray_address, num_cpus=args.num_cpus,
+        ray_address=args.ray_address, num_cpus=args.num_cpus, executor=args.executor,
     )
     if args.json:
         print(json.dumps(manifest, indent=2))

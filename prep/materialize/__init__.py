@@ -7,10 +7,13 @@ works, measurements and trade-offs: docs/materialize.md. In short:
    epoch ``e``, in order. ``--filter`` selects rows once: their row addresses go
    to a small sidecar (``OUT/_work/selection.lance``) that tasks read by position
    (:mod:`prep.materialize.rows`).
-2. One Ray task per (epoch, split) writes ``OUT/epoch-EEEEE/split-SSSSS.lance``
-   and then ``split-SSSSS.done.json`` (:mod:`prep.materialize.write`), taking its
-   rows from the table, or for small clumps from a shared gather pass
-   (:mod:`prep.materialize.gather`).
+2. One task per (epoch, split) writes ``OUT/epoch-EEEEE/split-SSSSS.lance``
+   and then ``split-SSSSS.done.json`` (:mod:`prep.materialize.write`). On a
+   cluster the tasks run on Ray (:mod:`prep.materialize.on_ray`; small clumps
+   through a shared gather pass, :mod:`prep.materialize.gather`); on one machine
+   on threads of this process, from rows held in memory
+   (:mod:`prep.materialize.local`). :func:`prep.ray_runtime.use_ray` decides;
+   both write identical outputs.
 3. ``manifest.json`` is written last, atomically; a rerun skips splits already
    done (:mod:`prep.materialize.run`).
 
@@ -19,9 +22,12 @@ Modules:
 - :mod:`prep.materialize.layout`: output paths, the format and ``read_manifest``
 - :mod:`prep.materialize.job`: the :class:`Job` tasks receive, the per-worker dataset cache
 - :mod:`prep.materialize.rows`: reading selected rows, ids, hash keys; the filter sidecar
-- :mod:`prep.materialize.gather`: the gather pass for small clumps
+- :mod:`prep.materialize.held`: rows held in memory, taken into a split's read order
 - :mod:`prep.materialize.write`: the (epoch, split) write task
-- :mod:`prep.materialize.run`: ``materialize_shuffle``: checks, scheduling, manifest
+- :mod:`prep.materialize.local`: the local executor (threads, no Ray)
+- :mod:`prep.materialize.on_ray`: the Ray executor
+- :mod:`prep.materialize.gather`: the Ray executor's gather pass for small clumps
+- :mod:`prep.materialize.run`: ``materialize_shuffle``: resolve, select, run the tasks, finalize
 """
 
 from __future__ import annotations

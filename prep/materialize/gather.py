@@ -1,11 +1,13 @@
-"""The gather pass: how a split gets its rows when clumps are small.
+"""The gather pass of the Ray executor: how a split gets its rows when clumps are small.
 
-A Lance ``take`` per row costs ~5x a scan, so with small clumps (below
-``GATHER_BELOW_CLUMP``, any strategy but ``sequential``) map tasks scan
+A Lance ``take`` per row costs ~5x a scan, so with small clumps
+(:func:`prep.materialize.held.reads_scattered`) map tasks scan
 contiguous chunks once per run and cut them into one piece per split (Ray
 object store, spilled to disk when full); each (epoch, split) task
-concatenates its pieces (its rows in table order) and reorders them in memory
-(:mod:`prep.materialize.write`). The map pass is shared by all epochs of the run.
+concatenates its pieces (its rows in position order) and takes them into the
+epoch's order in memory (:mod:`prep.materialize.held`). The map pass is shared
+by all epochs of the run. The local executor needs no object store: it holds
+the rows in its own memory (:mod:`prep.materialize.local`).
 """
 
 from __future__ import annotations
@@ -16,17 +18,14 @@ import numpy as np
 import pyarrow as pa
 
 from prep import plan
+from prep.materialize.held import Held
 from prep.materialize.job import Job, _dataset
-from prep.materialize.rows import read_rows
+from prep.materialize.rows import bytes_per_row, read_range
+from prep.materialize.write import _write_split
 
-__all__ = ["GATHER_BELOW_CLUMP", "GATHER_CHUNK_BYTES"]
+__all__ = ["GATHER_CHUNK_BYTES"]
 
-GATHER_BELOW_CLUMP = 16  # clumps smaller than this go through the gather shuffle (see module docstring)
 GATHER_CHUNK_BYTES = 64 << 20  # rows per gather map task: about this many bytes
-
-
-def _gather_mode(p: dict[str, Any]) -> bool:
-    return p["strategy"] != "sequential" and p["clump"] < GATHER_BELOW_CLUMP
 
 
 def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None) -> tuple[pa.Table, ...] | pa.Table:
@@ -35,11 +34,7 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
     The pieces go to the Ray object store (shared memory, spilled to disk when
     full) and serve every epoch of this run.
     """
-    source = _dataset(job, job.source, job.version)
-    if job.selection is None:
-        table = source.scanner(columns=list(job.columns), offset=start, limit=stop - start, batch_size=stop - start).to_table()
-    else:
-        table = read_rows(job, source, np.arange(start, stop))
+    table = read_range(job, _dataset(job, job.source, job.version), start, stop)
     splits = plan.assign_rows(positions=np.arange(start, stop), hash_keys=hash_keys, **job.split_kwargs())
     order = np.argsort(splits, kind="stable")
     bounds = np.searchsorted(splits[order], np.arange(job.plan["num_splits"] + 1))
@@ -49,11 +44,15 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
     return pieces if len(pieces) > 1 else pieces[0]
 
 
+def _write_gathered(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, *pieces: pa.Table) -> dict[str, Any]:
+    """Gather, reduce side: the split's pieces (its rows in position order) -> its dataset."""
+    positions = np.sort(plan.split_rows(split=split, epoch=epoch, hash_keys=hash_keys, **job.split_kwargs()))
+    return _write_split(job, epoch, split, hash_keys, Held(pa.concat_tables(pieces).combine_chunks(), positions))
+
+
 def _gather_pieces(job: Job, source: Any, remote, hash_ref) -> list[list]:
     """Submits the gather map tasks; returns piece refs indexed [chunk][split]."""
-    sample = source.take(np.arange(min(1000, source.count_rows())), columns=list(job.columns))
-    row_bytes = max(1, sample.nbytes // max(1, sample.num_rows))
-    step = int(min(1 << 20, max(job.read_rows, GATHER_CHUNK_BYTES // row_bytes)))
+    step = int(min(1 << 20, max(job.read_rows, GATHER_CHUNK_BYTES // bytes_per_row(job, source))))
     bounds = [(a, min(a + step, job.num_selected)) for a in range(0, job.num_selected, step)]
     splits = job.plan["num_splits"]
     refs = [

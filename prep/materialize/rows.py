@@ -18,7 +18,7 @@ from prep.errors import PrepError
 from prep.materialize.job import Job, _dataset
 from prep.plan import hash as plan_hash
 
-__all__ = ["read_rows", "selected_ids", "hash_keys_for"]
+__all__ = ["read_rows", "read_range", "bytes_per_row", "selected_ids", "hash_keys_for"]
 
 
 def _take(ds: Any, positions: np.ndarray, columns: list[str], selection: Any = None) -> pa.Table:
@@ -38,6 +38,19 @@ def read_rows(job: Job, source: Any, positions: np.ndarray, columns: Sequence[st
     """Rows at ``positions`` of the selected row set, in the given order."""
     selection = _dataset(job, job.selection) if job.selection else None
     return _take(source, positions, list(columns or job.columns), selection)
+
+
+def read_range(job: Job, source: Any, start: int, stop: int) -> pa.Table:
+    """Selected rows ``[start, stop)`` in order: one scan of the table, or a take through the filter sidecar."""
+    if job.selection is None:
+        return source.scanner(columns=list(job.columns), offset=start, limit=stop - start, batch_size=stop - start).to_table()
+    return read_rows(job, source, np.arange(start, stop))
+
+
+def bytes_per_row(job: Job, source: Any) -> int:
+    """Arrow bytes of an average output row, from the first 1,000 rows (sizes the passes that read ranges)."""
+    sample = source.take(np.arange(min(1000, source.count_rows())), columns=list(job.columns))
+    return max(1, sample.nbytes // max(1, sample.num_rows))
 
 
 def selected_ids(job: Job, source: Any) -> np.ndarray:

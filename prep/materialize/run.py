@@ -1,4 +1,4 @@
-"""``materialize_shuffle``: check the output, schedule the tasks, write the manifest.
+"""``materialize_shuffle``: resolve, select, run the tasks (Ray or local), finalize.
 
 ``manifest.json`` is written last, atomically. A rerun skips splits whose
 done record matches the plan's fingerprint, so a killed run is finished,
@@ -12,18 +12,21 @@ import os
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence, get_args
 
 from prep import __version__ as prep_version
 from prep import lance_io, plan, storage
-from prep.errors import PrepError, one_line
-from prep.materialize.gather import _gather_mode, _gather_pieces
-from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset, _run_task
+from prep.errors import PrepError
+from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset
 from prep.materialize.layout import FORMAT, JOB_FILE, JOB_NAME, MANIFEST, WORK, owned_entries, read_json_file, read_manifest
+from prep.materialize.local import run_local
 from prep.materialize.rows import _write_selection, hash_keys_for
-from prep.materialize.write import _write_split
+from prep.ray_runtime import use_ray
 
-__all__ = ["materialize_shuffle"]
+__all__ = ["materialize_shuffle", "Executor", "EXECUTORS"]
+
+Executor = Literal["auto", "ray", "local"]
+EXECUTORS: tuple[str, ...] = get_args(Executor)
 
 log = logging.getLogger("prep.materialize")  # the package's name, as printed in `prep -v` logs
 
@@ -134,8 +137,13 @@ def materialize_shuffle(
     lance_format: str = DEFAULT_LANCE_FORMAT,
     ray_address: str | None = None,
     num_cpus: int | None = None,
+    executor: Executor = "auto",
 ) -> dict[str, Any]:
     """Materializes epochs ``[start_epoch, start_epoch + epochs)`` of a shuffle plan.
+
+    Four steps: resolve (check the arguments, the source and the output; write
+    the job marker), select (the ``--filter`` sidecar), run the missing
+    (epoch, split) tasks, finalize (manifest last, then drop ``_work``).
 
     Args:
         table: prepared Lance table (local path or ``s3://``).
@@ -154,8 +162,12 @@ def materialize_shuffle(
         read_rows: rows per read and per written batch (default 16384).
         lance_format: data storage version of the split datasets (default ``"2.0"``:
             cheapest to write and scan; ``"2.2"`` compresses ~2.5x, for remote storage).
-        ray_address: Ray cluster to join (default ``RAY_ADDRESS``, else a local Ray).
-        num_cpus: CPUs for a local Ray (default: all).
+        ray_address: Ray cluster to join (default ``RAY_ADDRESS``).
+        num_cpus: CPUs of a local Ray, or threads of the local executor (default: all).
+        executor: ``"auto"`` (default: Ray when there is a cluster, see
+            :func:`prep.ray_runtime.use_ray`, else this process), ``"ray"`` (a
+            local Ray is started when there is no cluster) or ``"local"``. Both
+            write identical outputs.
 
     Returns:
         The manifest that was written.
@@ -164,10 +176,32 @@ def materialize_shuffle(
         PrepError: missing/empty table, bad filter or plan arguments, or an
             output directory that holds a different plan.
     """
-    import ray
+    if executor not in EXECUTORS:
+        raise PrepError(f"executor={executor!r} is not one of {list(EXECUTORS)}")
+    job, source = _resolve(
+        table=table, output=output, epochs=epochs, splits=splits, strategy=strategy, hash_columns=hash_columns,
+        clump=clump, seed=seed, filter=filter, columns=columns, start_epoch=start_epoch, overwrite=overwrite, s3=s3,
+        read_rows=read_rows, lance_format=lance_format,
+    )
+    job = _select(job, source)
+    run_epochs = range(start_epoch, start_epoch + epochs)
+    done = _done_records(job, run_epochs)
+    todo = [(e, s) for e in run_epochs for s in range(splits) if (e, s) not in done]
+    on_ray = executor == "ray" or (executor == "auto" and use_ray(ray_address))
+    log.info("plan %s: %d selected rows, %d of %d splits to write (%s)", job.fingerprint, job.num_selected, len(todo),
+             len(run_epochs) * splits, "Ray" if on_ray else "local")
+    if todo:
+        t0 = time.time()
+        for rec in _run_tasks(job, source, todo, on_ray=on_ray, ray_address=ray_address, num_cpus=num_cpus):
+            done[(rec["epoch"], rec["split"])] = rec
+        log.info("wrote %d splits in %.1fs", len(todo), time.time() - t0)
+    return _finalize(job, source, run_epochs, done)
 
-    from prep.ray_runtime import init_ray
 
+def _resolve(*, table: str, output: str, epochs: int, splits: int, strategy: str, hash_columns: Sequence[str],
+             clump: int, seed: int, filter: str | None, columns: Sequence[str] | None, start_epoch: int,
+             overwrite: bool, s3: storage.S3Options | None, read_rows: int, lance_format: str) -> tuple[Job, Any]:
+    """Checks the arguments, the source and the output; writes the job marker. Returns the job and the open source."""
     if epochs < 1:
         raise PrepError(f"epochs={epochs} must be >= 1")
     if start_epoch < 0:
@@ -205,47 +239,43 @@ def materialize_shuffle(
         storage.join(output, JOB_FILE),
         {"job": JOB_NAME, "fingerprint": fingerprint, "plan": p, "source": {"uri": source_uri, "version": version}}, s3,
     )
-    if filter:
-        sel = storage.join(output, WORK, "selection.lance")
+    return job, source
+
+
+def _select(job: Job, source: Any) -> Job:
+    """With a filter: the selection sidecar (kept from an interrupted run of the same plan) and its row count."""
+    filt = job.plan["filter"]
+    if filt:
+        sel = storage.join(job.output, WORK, "selection.lance")
         meta = lance_io.prep_metadata(_dataset(job, sel)) if lance_io.table_exists(sel, job.lance_options(sel)) else {}
-        if meta.get("fingerprint") == fingerprint:
+        if meta.get("fingerprint") == job.fingerprint:
             selected = _dataset(job, sel).count_rows()
         else:
             selected = _write_selection(job, source, sel)
         if selected == 0:
-            raise PrepError(f"--filter {filter!r} matched none of the {total:,} rows of {source_uri}; check the column values")
+            raise PrepError(f"--filter {filt!r} matched none of the {job.num_selected:,} rows of {job.source}; check the column values")
         job = replace(job, selection=sel, num_selected=selected)
-    if job.num_selected < splits:
-        log.warning("only %d selected rows for %d splits: some splits will be empty", job.num_selected, splits)
-    run_epochs = range(start_epoch, start_epoch + epochs)
-    done = _done_records(job, run_epochs)
-    todo = [(e, s) for e in run_epochs for s in range(splits) if (e, s) not in done]
-    log.info("plan %s: %d selected rows, %d of %d splits to write", fingerprint, job.num_selected, len(todo), len(run_epochs) * splits)
-    if todo:
-        init_ray(ray_address, num_cpus=num_cpus)
-        remote = ray.remote(num_cpus=1, max_retries=2)(_run_task)
-        keys = hash_keys_for(job, source) if strategy == "hash" else None
-        hash_ref = ray.put(keys) if keys is not None else None
-        t0 = time.time()
-        pieces = _gather_pieces(job, source, remote, hash_ref) if _gather_mode(p) else []
-        refs = [
-            remote.remote(_write_split, f"epoch {e} split {s}", job, e, s, hash_ref, *[chunk[s] for chunk in pieces])
-            for e, s in todo
-        ]
-        del pieces  # the running tasks hold what they still need
-        try:
-            for ref in refs:
-                rec = ray.get(ref)
-                done[(rec["epoch"], rec["split"])] = rec
-        except ray.exceptions.RayTaskError as exc:
-            for ref in refs:
-                ray.cancel(ref)
-            cause = exc.cause if isinstance(getattr(exc, "cause", None), PrepError) else None
-            raise PrepError(str(cause) if cause else one_line(str(exc).splitlines()[-1])) from None
-        log.info("wrote %d splits in %.1fs", len(todo), time.time() - t0)
-    manifest = _manifest(job, source, run_epochs, done, s3)
-    storage.write_json_atomic(storage.join(output, MANIFEST), manifest, s3)
-    fs, work = storage.filesystem(storage.join(output, WORK), s3)
+    if job.num_selected < job.plan["num_splits"]:
+        log.warning("only %d selected rows for %d splits: some splits will be empty", job.num_selected, job.plan["num_splits"])
+    return job
+
+
+def _run_tasks(job: Job, source: Any, todo: list[tuple[int, int]], *, on_ray: bool, ray_address: str | None,
+               num_cpus: int | None) -> list[dict]:
+    """Writes the (epoch, split) pairs in ``todo`` on Ray or in this process; returns their done records."""
+    keys = hash_keys_for(job, source) if job.plan["strategy"] == "hash" else None
+    if on_ray:
+        from prep.materialize.on_ray import run_on_ray  # imports Ray: only when it is used
+
+        return run_on_ray(job, source, todo, keys, address=ray_address, num_cpus=num_cpus)
+    return run_local(job, source, todo, keys, num_cpus=num_cpus)
+
+
+def _finalize(job: Job, source: Any, run_epochs: range, done: dict) -> dict[str, Any]:
+    """Writes the manifest (last, atomically), then removes ``_work``."""
+    manifest = _manifest(job, source, run_epochs, done, job.s3)
+    storage.write_json_atomic(storage.join(job.output, MANIFEST), manifest, job.s3)
+    fs, work = storage.filesystem(storage.join(job.output, WORK), job.s3)
     if fs.exists(work):
         fs.rm(work, recursive=True)
     return manifest

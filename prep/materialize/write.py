@@ -1,15 +1,14 @@
 """The (epoch, split) task: write one split dataset, then its done record.
 
-One Ray task per (epoch, split) writes ``OUT/epoch-EEEEE/split-SSSSS.lance``
-and then ``split-SSSSS.done.json`` (rows, content checksum). Two ways to get
-a split's rows:
+One task per (epoch, split), on either executor, writes
+``OUT/epoch-EEEEE/split-SSSSS.lance`` and then ``split-SSSSS.done.json``
+(rows, content checksum). Two ways to get a split's rows:
 
-- ``take`` (sequential strategy, or clumps >= ``GATHER_BELOW_CLUMP``): each
-  chunk of the read order is one Lance ``take``; clumps make it nearly a scan.
-- ``gather`` (small clumps, where a ``take`` per row costs ~5x a scan): the
-  task concatenates the pieces the gather pass cut for it
-  (:mod:`prep.materialize.gather`; its rows in table order) and reorders them
-  in memory.
+- ``take``: each chunk of the read order is one Lance ``take``; clumps make it
+  nearly a scan (Ray: when :func:`prep.materialize.held.reads_scattered` is false;
+  local: when the selected rows do not fit in memory and clumps are large).
+- ``held``: the split's rows are already in memory (:mod:`prep.materialize.held`)
+  and are taken into this epoch's order there.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep import lance_io, plan, storage
+from prep.materialize.held import Held
 from prep.materialize.job import Job, _dataset
 from prep.materialize.layout import _done_path, split_path
 from prep.materialize.rows import read_rows
@@ -27,25 +27,30 @@ from prep.materialize.rows import read_rows
 __all__: list[str] = []
 
 
-def _split_batches(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, pieces: tuple[pa.Table, ...]) -> Iterator[pa.RecordBatch]:
+def _split_batches(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None) -> Iterator[pa.RecordBatch]:
     """The split's rows in this epoch's read order, a few read batches at a time."""
     kw = dict(split=split, epoch=epoch, hash_keys=hash_keys, **job.split_kwargs())
-    if not pieces:  # take: each chunk of the read order is one Lance take (Lance sorts and reorders)
-        source = _dataset(job, job.source, job.version)
-        for chunk in plan.iter_split_rows(chunk_rows=job.read_rows, **kw):
-            yield from read_rows(job, source, chunk).to_batches(max_chunksize=job.read_rows)
+    if held is not None:  # the split's rows are in memory: take them into this epoch's order
+        yield from held.batches(plan.split_rows(**kw), job.read_rows)
         return
-    # gather: the pieces hold the split's rows in ascending position order (mapped from the object store)
-    rows = pa.concat_tables(pieces)
-    order = plan.split_rows(**kw)
-    local = np.empty(len(order), dtype=np.int64)
-    local[np.argsort(order, kind="stable")] = np.arange(len(order))
-    for i in range(0, len(local), job.read_rows):
-        yield from rows.take(pa.array(local[i : i + job.read_rows])).to_batches()
+    source = _dataset(job, job.source, job.version)  # take: each chunk of the read order is one Lance take
+    for chunk in plan.iter_split_rows(chunk_rows=job.read_rows, **kw):
+        yield from read_rows(job, source, chunk).to_batches(max_chunksize=job.read_rows)
 
 
-def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, *pieces: pa.Table) -> dict[str, Any]:
-    """One (epoch, split): write its dataset, then its done record. Idempotent."""
+def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None = None) -> dict[str, Any]:
+    """One (epoch, split): write its dataset, then its done record. Idempotent.
+
+    Args:
+        job (Job): the run.
+        epoch (int): the epoch.
+        split (int): the split.
+        hash_keys (np.ndarray | None): one key per selected row (``hash`` strategy), else None.
+        held (Held | None): rows in memory holding all of the split's rows, or None to take them from the table.
+
+    Returns:
+        The done record (also written next to the split).
+    """
     import lance
 
     from prep.verify import Checksum
@@ -58,7 +63,7 @@ def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None,
     checksum = Checksum()
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for batch in _split_batches(job, epoch, split, hash_keys, pieces):
+        for batch in _split_batches(job, epoch, split, hash_keys, held):
             batch = batch.select(list(job.columns))
             checksum.update(batch)
             yield batch
@@ -70,5 +75,4 @@ def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None,
     record = {"fingerprint": job.fingerprint, "epoch": epoch, "split": split, "path": rel,
               "num_rows": checksum.num_rows, "checksum": checksum.hexdigest()}
     storage.write_json_atomic(storage.join(job.output, _done_path(epoch, split)), record, job.s3)
-    pa.default_memory_pool().release_unused()
     return record

@@ -1,0 +1,134 @@
+"""The local executor (threads in the driver, no Ray) writes what the Ray executor writes."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lance
+import numpy as np
+import pytest
+
+import tables
+from prep.errors import PrepError
+from prep.materialize import local, materialize_shuffle
+from prep.verify import verify
+
+VENV_BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> str:
+    uri = str(tmp_path_factory.mktemp("src") / "syn.lance")
+    return tables.synthetic_table(uri, num_rows=6000, max_len=60, fragment_rows=2000)
+
+
+def _no_cluster_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
+def _same_output(a: str, b: str, manifest_a: dict, manifest_b: dict) -> None:
+    assert manifest_a == manifest_b  # same fingerprint, plan, counts, paths and checksums
+    for entry in manifest_a["epochs"]:
+        for s in entry["splits"]:
+            ids = [lance.dataset(os.path.join(d, s["path"])).to_table(columns=["id"]).column("id").to_numpy() for d in (a, b)]
+            assert np.array_equal(*ids), f"epoch {entry['epoch']} split {s['split']} differs"
+
+
+@pytest.mark.parametrize("strategy,clump,filter", [
+    ("random", 1, None), ("random", 64, None), ("hash", 1, None), ("sequential", 4, None), ("round-robin", 3, "length > 20"),
+])
+def test_local_and_ray_executors_write_identical_outputs(synthetic, tmp_path, ray_local, strategy, clump, filter):
+    kw = dict(table=synthetic, epochs=2, splits=6, strategy=strategy, clump=clump, filter=filter, read_rows=500)
+    on_ray = materialize_shuffle(output=str(tmp_path / "ray"), executor="ray", **kw)
+    here = materialize_shuffle(output=str(tmp_path / "local"), executor="local", **kw)
+    _same_output(str(tmp_path / "ray"), str(tmp_path / "local"), on_ray, here)
+    assert verify(str(tmp_path / "local")).ok
+
+
+@pytest.mark.parametrize("strategy,clump", [("random", 1), ("hash", 1), ("random", 64)])
+def test_local_executor_beyond_its_memory_budget_writes_the_same(synthetic, tmp_path, monkeypatch, strategy, clump):
+    """Rows that do not fit: groups of splits (small clumps) or per-split takes (large clumps)."""
+    kw = dict(table=synthetic, epochs=2, splits=7, strategy=strategy, clump=clump, executor="local", read_rows=300)
+    whole = materialize_shuffle(output=str(tmp_path / "whole"), **kw)
+    monkeypatch.setattr(local, "HOLD_BYTES", 40_000)  # the table is ~1 MB: 7 groups of one split
+    assert len(local._groups(7, 1_000_000)) == 7
+    parts = materialize_shuffle(output=str(tmp_path / "parts"), **kw)
+    _same_output(str(tmp_path / "whole"), str(tmp_path / "parts"), whole, parts)
+
+
+def test_the_cli_without_a_cluster_runs_in_process_without_ray_or_torch(synthetic, tmp_path):
+    out = tmp_path / "out"
+    code = (
+        "import sys; from prep.cli import main; "
+        f"rc = main(['materialize-shuffle', '--table', {synthetic!r}, '--output', {str(out)!r}, '--epochs', '1', '--splits', '4']); "
+        "print(rc, 'ray' in sys.modules, 'torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=_no_cluster_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0 False False"
+    assert verify(str(out)).ok
+
+
+def test_use_ray_only_with_a_cluster(tmp_path):
+    code = "from prep.ray_runtime import use_ray; import sys; print(use_ray(None), use_ray('127.0.0.1:6379'), 'ray' in sys.modules)"
+    alone = subprocess.run([sys.executable, "-c", code], env=_no_cluster_env(), cwd=REPO, capture_output=True, text=True, check=True)
+    assert alone.stdout.split() == ["False", "True", "False"]
+    joined = subprocess.run([sys.executable, "-c", code], env={**_no_cluster_env(), "RAY_ADDRESS": "127.0.0.1:6379"},
+                            cwd=REPO, capture_output=True, text=True, check=True)
+    assert joined.stdout.split() == ["True", "True", "False"]
+
+
+def test_use_ray_when_ray_is_initialised_in_this_process(ray_local, monkeypatch):
+    from prep.ray_runtime import use_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert use_ray(None)
+
+
+def test_sigkill_of_a_local_run_then_rerun_matches_an_uninterrupted_run(synthetic, tmp_path):
+    out = tmp_path / "killed"
+    args = ["materialize-shuffle", "--table", synthetic, "--output", str(out), "--epochs", "3", "--splits", "48",
+            "--read-rows", "64", "--num-cpus", "1"]
+    proc = subprocess.Popen([str(VENV_BIN / "prep"), *args], env=_no_cluster_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    try:
+        while len(glob.glob(f"{out}/epoch-*/*.done.json")) < 2:
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
+            assert time.time() < deadline
+            time.sleep(0.002)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done = glob.glob(f"{out}/epoch-*/*.done.json")  # no process is left to write more
+    assert 2 <= len(done) < 144, "not killed mid-run"
+    assert not (out / "manifest.json").exists()
+    survivors = {p: os.stat(p).st_mtime_ns for p in done}
+    resumed = materialize_shuffle(table=synthetic, output=str(out), epochs=3, splits=48, read_rows=64, executor="local")
+    assert {p: os.stat(p).st_mtime_ns for p in survivors} == survivors  # finished, not redone
+    clean = materialize_shuffle(table=synthetic, output=str(tmp_path / "clean"), epochs=3, splits=48, executor="local")
+    _same_output(str(out), str(tmp_path / "clean"), resumed, clean)
+    assert verify(str(out)).ok
+
+
+def test_an_unknown_executor_is_refused(synthetic, tmp_path):
+    with pytest.raises(PrepError, match=r"executor='gpu' is not one of \['auto', 'ray', 'local'\]"):
+        materialize_shuffle(table=synthetic, output=str(tmp_path / "o"), epochs=1, executor="gpu")
+
+
+def test_a_failing_local_read_names_where_and_leaves_no_manifest(tmp_path):
+    src = tables.synthetic_table(str(tmp_path / "src.lance"), num_rows=3000, max_len=40, fragment_rows=1000)
+    last = lance.dataset(src).get_fragments()[-1].data_files()[0].path
+    os.remove(os.path.join(src, "data", os.path.basename(last)))  # a data file lost after the table was committed
+    out = tmp_path / "out"
+    with pytest.raises(PrepError, match=r"^reading the rows of splits 0\.\.3: "):
+        materialize_shuffle(table=src, output=str(out), epochs=1, splits=4, executor="local")
+    assert not (out / "manifest.json").exists()
