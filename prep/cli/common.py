@@ -13,12 +13,14 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", help="override the config's input: a file, directory or glob, local or s3://")
     parser.add_argument("--output", help="override the config's output table path")
     parser.add_argument("--overwrite", action="store_true", default=None, help="replace an existing output table")
-    parser.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else start a local Ray)")
+    parser.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else run on this machine without Ray)")
+    parser.add_argument("--executor", choices=["auto", "ray", "local"],
+                        help="where chunks run: auto (default: Ray when there is a cluster, else this machine), ray, local")
 
 
 def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Config keys set on the command line (None means: keep the config's value)."""
-    out: dict[str, Any] = {"input": args.input, "output": args.output, "overwrite": args.overwrite}
+    out: dict[str, Any] = {"input": args.input, "output": args.output, "overwrite": args.overwrite, "executor": args.executor}
     if args.ray_address:
         out["ray"] = {"address": args.ray_address}
     return out
