@@ -158,7 +158,7 @@ def main() -> None:
                   f" {(hf_cpu / tokens) / (prep_cpu / prep_tokens):>7.2f}x", flush=True)
     print("tokens/s; prep/hf = hf whole seconds / prep whole seconds (goal >= 1.2); job/ceil goal >= 0.8; fixed goal < 3 s;")
     print("CPU-s per 1M tokens of the whole process (children included): steadier than wall time on a shared machine")
-    print("prep counts EOS (pretrain) and chat-template tokens (sft) the ceiling does not: its token count is the larger")
+    print("prep also counts EOS (pretrain) and chat-template tokens (sft), which the ceiling and hf do not encode: prep's count is the larger")
 
 
 if __name__ == "__main__":
