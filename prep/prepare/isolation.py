@@ -2,7 +2,7 @@
 
 A native decoder can segfault or abort on a malformed file, and some inputs make
 code spin; a Python ``try`` catches neither. So each Ray worker process (each worker
-thread of the local executor, through a :class:`SandboxPool`) runs its chunks in a long-lived *sandbox* child process
+thread of the local executor) runs its chunks in a long-lived *sandbox* child process
 (started once, with ``python -m``: no fork of a process that holds Lance state) and
 watches it:
 
@@ -27,6 +27,7 @@ text after the colon. The driver reads it and ships it with the chunks.
 
 from __future__ import annotations
 
+import atexit
 import mmap
 import os
 import pickle
@@ -34,8 +35,8 @@ import signal
 import struct
 import subprocess
 import sys
-import queue
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from prep.config import JobConfig
 from prep.errors import PrepError
 from prep.ray_runtime import WORKER_ENV
 
-__all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "run_isolated", "SandboxPool"]
+__all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "run_isolated", "stop_sandboxes"]
 
 FAULTS_ENV = "PREP_TEST_FAULTS"
 _IDLE = -1
@@ -228,36 +229,22 @@ class _Sandbox:
                 raise PrepError(f"{len(poison)} items crashed or timed out in one chunk (max_bad_items_per_chunk={limits.max_bad_items_per_chunk}); last: {reason}")
 
 
-_SANDBOX = _Sandbox()  # a Ray worker process's own
+_SANDBOXES = threading.local()  # one per thread: a Ray worker's task thread, each local worker thread
+_STARTED: list[_Sandbox] = []
 
 
-class SandboxPool:
-    """``size`` sandboxes for the local executor's worker threads, each used by one thread at a time.
-
-    :meth:`close` stops them (and waits for them), so their CPU time is the caller's.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._all = [_Sandbox() for _ in range(size)]
-        self._free: queue.SimpleQueue[_Sandbox] = queue.SimpleQueue()
-        for sandbox in self._all:
-            self._free.put(sandbox)
-
-    def run(self, fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, faults: str | None = None) -> Any:
-        """Like :func:`run_isolated`, in whichever sandbox is free."""
-        sandbox = self._free.get()
-        try:
-            return sandbox.run(fn, kwargs, limits, faults)
-        finally:
-            self._free.put(sandbox)
-
-    def close(self) -> None:
-        for sandbox in self._all:
-            sandbox._stop()
+@atexit.register
+def stop_sandboxes() -> None:
+    """Stops (and waits for) every sandbox this process started, so their CPU time is its own."""
+    for sandbox in _STARTED:
+        sandbox._stop()
 
 
 def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, faults: str | None = None) -> Any:
-    """Runs ``fn(progress, **kwargs)`` in this process's sandbox child (see the module docstring).
+    """Runs ``fn(progress, **kwargs)`` in this thread's sandbox child (see the module docstring).
+
+    The sandbox is started on the thread's first call and kept: a Ray worker, or a worker
+    thread of the local executor's pool, pays for its imports (torch, Lance) once.
 
     Args:
         fn: a module-level function taking a :class:`Progress` first.
@@ -271,7 +258,11 @@ def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
     Raises:
         PrepError: the chunk cannot finish within the limits; one line saying why.
     """
-    return _SANDBOX.run(fn, kwargs, limits, faults)
+    sandbox = getattr(_SANDBOXES, "sandbox", None)
+    if sandbox is None:
+        sandbox = _SANDBOXES.sandbox = _Sandbox()
+        _STARTED.append(sandbox)
+    return sandbox.run(fn, kwargs, limits, faults)
 
 
 def _child(request_fd: int, reply_fd: int, page_fd: int) -> None:

@@ -19,7 +19,7 @@ import time
 import traceback
 import warnings
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Iterable, Literal, Sequence
@@ -29,7 +29,7 @@ import pyarrow as pa
 from prep import lance_io, storage
 from prep.config import JobConfig
 from prep.errors import PrepError
-from prep.prepare.isolation import FAULTS_ENV, Limits, Progress, SandboxPool, run_isolated
+from prep.prepare.isolation import FAULTS_ENV, Limits, Progress, run_isolated
 from prep.prepare.rejects import Reject, rejects_table
 
 __all__ = [
@@ -94,12 +94,10 @@ def _run_chunk(
         return None, f"{chunk}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
-def _isolated_chunk(index: int, blob: bytes, limits: Limits, faults: str | None, kwargs: dict[str, Any],
-                    pool: SandboxPool | None = None) -> tuple[bytes | None, str | None]:
-    """One chunk in a sandbox (this process's, or one of ``pool``'s): ``(pickled ChunkResult, None)`` or ``(None, one-line error)``."""
+def _isolated_chunk(index: int, blob: bytes, limits: Limits, faults: str | None, kwargs: dict[str, Any]) -> tuple[bytes | None, str | None]:
+    """One chunk in this thread's sandbox: ``(pickled ChunkResult, None)`` or ``(None, one-line error)``."""
     try:
-        args = (_run_chunk, dict(index=index, blob=blob, **kwargs), limits, faults)
-        return pool.run(*args) if pool is not None else run_isolated(*args)
+        return run_isolated(_run_chunk, dict(index=index, blob=blob, **kwargs), limits, faults)
     except PrepError as exc:
         return None, f"{pickle.loads(blob)}: {exc}"
 
@@ -181,23 +179,34 @@ def run_chunks(
     return [results[i] for i in range(len(chunks))]
 
 
+_LOCAL: list[ThreadPoolExecutor] = []  # kept across jobs: its threads' sandboxes stay warm, like Ray's workers
+
+
+def _local_pool(workers: int) -> ThreadPoolExecutor:
+    """The process's pool of ``workers`` threads (rebuilt only when the size changes)."""
+    if _LOCAL and _LOCAL[0]._max_workers != workers:
+        _LOCAL.pop().shutdown()
+    if not _LOCAL:
+        _LOCAL.append(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prep-chunk"))
+    return _LOCAL[0]
+
+
 def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, faults: str | None,
                workers: int) -> dict[int, ChunkResult]:
-    """Chunks on a pool of threads feeding as many sandboxes; the first error stops the rest."""
+    """Chunks on this process's worker threads, each feeding its own sandbox; the first error stops the rest."""
+    pool = _local_pool(workers)
+    futures = {pool.submit(_isolated_chunk, index, blob, limits, faults, kwargs): index for index, blob in items}
     results: dict[int, ChunkResult] = {}
-    workers = min(workers, max(1, len(items)))
-    sandboxes = SandboxPool(workers)
     try:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prep-chunk") as pool:
-            futures = {pool.submit(_isolated_chunk, index, blob, limits, faults, kwargs, sandboxes): index for index, blob in items}
-            for future in as_completed(futures):
-                blob, error = future.result()
-                if error is not None:
-                    pool.shutdown(cancel_futures=True)
-                    raise PrepError(error.strip())
-                results[futures[future]] = pickle.loads(blob)
+        for future in as_completed(futures):
+            blob, error = future.result()
+            if error is not None:
+                raise PrepError(error.strip())
+            results[futures[future]] = pickle.loads(blob)
     finally:
-        sandboxes.close()
+        for future in futures:
+            future.cancel()  # not started yet: dropped; running: they finish their chunk
+        wait(futures)
     return results
 
 
