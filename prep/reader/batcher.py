@@ -109,7 +109,7 @@ class Batcher:
         started = time.perf_counter()
         b = self._schedule.rows_per_split_step
         out = []
-        for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.parts, start, stop, b, self._spec), start=start):
+        for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.rows, start, stop, b, self._spec), start=start):
             batch = Batch.make(tensors, epoch=chunk.epoch, step=int(chunk.steps[j]), ids=ids, num_tokens=num_tokens)
             out.append(batch.pin_memory() if self._pin else batch)
         with self._lock:
