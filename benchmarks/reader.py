@@ -17,7 +17,7 @@ counted unpadded. Each case runs in a fresh process, ``--runs`` times; the media
     planned  prep.reader on the prepared table with an on-the-fly random plan (32 splits)
     planned-w the same through prep.reader.Loader with one forkserver worker process
 
-    python benchmarks/reader.py                      # G = 32, 256, 1024; 3 runs each
+    python benchmarks/reader.py                      # G = 32, 256, 1024; 3 runs each; then resume times
     python benchmarks/reader.py --runs 1 --batches 32
 
 Benchmark-only dependency: ``datasets`` (the hf case is skipped without it).
@@ -187,6 +187,23 @@ def run_case(case: str, g: int, work: Path) -> dict:
             "first_s": first}
 
 
+def run_seek(work: Path) -> dict:
+    """Open + ``load_state_dict`` at 0%, 50% and 95% of the epoch + first batch (G = 32)."""
+    import lance  # noqa: F401  (imported before the clock, as in the cases)
+
+    from prep.reader import ReaderDataset
+
+    steps = ReaderDataset(str(work / "epochs"), global_batch_size=32).schedule.steps[0]
+    out = {}
+    for frac in (0.0, 0.5, 0.95):
+        started = time.perf_counter()
+        ds = ReaderDataset(str(work / "epochs"), global_batch_size=32)
+        ds.load_state_dict({**ds.state_dict(), "step": int(frac * steps)})
+        next(iter(ds))
+        out[f"{frac:.0%}"] = time.perf_counter() - started
+    return out
+
+
 # ----------------------------------------------------------------------------- driver
 def measure(case: str, g: int, work: Path, runs: int) -> dict | None:
     """Median of ``runs`` fresh processes (per metric)."""
@@ -220,7 +237,7 @@ def main() -> None:
     work = Path(args.work)
     if args._case:
         case, g = args._case.split(":")
-        print("RESULT " + json.dumps(run_case(case, int(g), work)))
+        print("RESULT " + json.dumps(run_seek(work) if case == "seek" else run_case(case, int(g), work)))
         return
     info = build(work)
     print(f"{info['rows']:,} rows, {info['tokens']:,} tokens; {os.cpu_count()} CPUs; median of {args.runs} fresh "
@@ -237,6 +254,10 @@ def main() -> None:
             res[case] = r
             print(f"{g:>5} {LABELS[case]:<70} {r['tok_per_s'] / 1e6:8.1f} {r['cpu_per_mtok']:10.3f} "
                   f"{r['first_s']:8.3f}  {_ratios(case, r, res)}", flush=True)
+    seek = measure("seek", 32, work, args.runs)
+    if seek:
+        print("resume (open + load_state_dict + first batch), materialized epoch, G=32: "
+              + ", ".join(f"at {k} {v * 1e3:.0f} ms" for k, v in seek.items()), flush=True)
     if not has_hf:
         print("hf skipped: `datasets` is not installed")
 

@@ -9,9 +9,10 @@ splits are, and each batch is a view of the group's output:
 * fixed-length rows (packed text, images): one gather puts the group's rows in batch
   order (none at all when the rank reads one split in order and the dtype is kept:
   then a batch is a reshape of the Arrow buffer, zero-copy);
-* variable-length rows: every token's place in the source values and in the padded
-  output is computed from the Arrow offsets (a cumulative sum of per-row jumps) and
-  the tokens are gathered and scattered in one operation per output, each batch padded
+* variable-length rows: every token's place in the source values is computed from the
+  Arrow offsets (a cumulative sum of per-row jumps), its place in the padded output is a
+  mask (``arange(width) < length``, one call per batch), and the tokens are gathered and
+  put in place in one operation per output, each batch padded
   to its own longest row (rounded up to ``pad_to_multiple_of``, so shapes fall into a
   few buckets); outputs live on recycled memory (:mod:`prep.reader.buffers`);
 * ``labels`` are ``input_ids`` with -100 where ``loss_mask`` is 0 or on padding.
@@ -125,25 +126,27 @@ def _padded(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpe
     m = spec.pad_to_multiple_of
     width = np.maximum(-(-lens.reshape(steps, per_batch).max(axis=1, initial=0) // m) * m, 1)  # per step
     base = np.concatenate([[0], np.cumsum(per_batch * width)])
-    row_dest = (base[:-1, None] + np.arange(per_batch)[None, :] * width[:, None]).ravel()
     src = _token_positions(row_src, lens)
-    dest = _token_positions(row_dest, lens)
     size = int(base[-1])
+    real = buffers.empty(size, np.bool_)  # which output places hold a token: arange(width) < length, per batch
+    places = np.arange(int(width.max(initial=1)))
+    for j, batch_lens in enumerate(lens.reshape(steps, per_batch)):
+        np.less(places[:width[j]], batch_lens[:, None], out=real[base[j]:base[j + 1]].reshape(per_batch, int(width[j])))
     tokens = col.values[src]
     input_ids = _filled(size, _np_dtype(spec.token_dtype), spec.pad_id)
-    input_ids[dest] = tokens
+    input_ids[real] = tokens
+    attention = buffers.empty(size, np.int64)
+    np.copyto(attention, real)
     labels = _filled(size, np.int64, IGNORE_INDEX)
-    attention = _filled(size, np.int64, 0)
-    attention[dest] = 1
     trained = None
     if "loss_mask" in chunk.columns:
         trained = chunk.columns["loss_mask"].values[src].astype(bool, copy=False)
-        labels[dest] = np.where(trained, tokens, IGNORE_INDEX)
+        labels[real] = np.where(trained, tokens, IGNORE_INDEX)
     else:
-        labels[dest] = tokens
+        labels[real] = tokens
     if spec.return_loss_mask:
         loss_mask = _filled(size, np.uint8, 0)
-        loss_mask[dest] = 1 if trained is None else trained
+        loss_mask[real] = 1 if trained is None else trained
     per_step = lens.reshape(steps, per_batch).sum(axis=1)
     out = []
     for j in range(steps):
