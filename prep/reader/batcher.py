@@ -63,7 +63,7 @@ class Batcher:
     def next(self) -> Batch:
         """The next local batch. Raises StopIteration after the last."""
         while not self._ready:
-            self._submit()
+            self._submit(wait=not self._inflight)
             if not self._inflight:
                 raise StopIteration
             future, steps = self._inflight.popleft()
@@ -79,7 +79,7 @@ class Batcher:
         self.ready_rows -= batch.num_rows
         epoch, step = self._schedule.position(self._schedule.index(batch.epoch, batch.step) + 1)
         self._state = {EPOCH_KEY: epoch, STEP_KEY: step}
-        self._submit()  # keep the pool busy while the consumer works
+        self._submit(wait=False)  # keep the pool busy while the consumer works, never waiting on I/O
         return batch
 
     def get_state(self) -> dict[str, int]:
@@ -100,14 +100,18 @@ class Batcher:
         self._chunk: RawChunk | None = None
         self._next, self._exhausted, self.pending_rows, self.ready_rows, self._steps_inflight = 0, False, 0, 0, 0
 
-    def _submit(self) -> None:
+    def _submit(self, wait: bool) -> None:
         """Starts building groups until ``threads`` groups and ``ahead`` batches are in the works
-        (or the source is exhausted)."""
+        (or the source is exhausted). Waits for a read only when ``wait`` (nothing else to hand
+        out), and for one at most, so a consumer with a batch ready never waits on I/O."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="reader-batch")
         while (len(self._inflight) < self._threads or self._steps_inflight + len(self._ready) < self._ahead) \
                 and not self._exhausted:
             if self._chunk is None or self._next == len(self._chunk.steps):
+                if not wait and not getattr(self._source, "has_next", lambda: True)():
+                    return
+                wait = False
                 try:
                     self._chunk, self._next = self._source.next(), 0
                 except StopIteration:

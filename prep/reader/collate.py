@@ -132,7 +132,7 @@ def _padded(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpe
     places = np.arange(int(width.max(initial=1)))
     for j, batch_lens in enumerate(lens.reshape(steps, per_batch)):
         np.less(places[:width[j]], batch_lens[:, None], out=real[base[j]:base[j + 1]].reshape(per_batch, int(width[j])))
-    tokens = col.values[src]
+    tokens = np.take(col.values, src, out=buffers.empty(src.size, col.values.dtype))
     input_ids = _filled(size, _np_dtype(spec.token_dtype), spec.pad_id)
     input_ids[real] = tokens
     attention = buffers.empty(size, np.int64)
@@ -140,10 +140,12 @@ def _padded(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpe
     labels = _filled(size, np.int64, IGNORE_INDEX)
     trained = None
     if "loss_mask" in chunk.columns:
-        trained = chunk.columns["loss_mask"].values[src].astype(bool, copy=False)
-        labels[real] = np.where(trained, tokens, IGNORE_INDEX)
-    else:
+        lm = chunk.columns["loss_mask"].values
+        trained = np.take(lm, src, out=buffers.empty(src.size, lm.dtype)).astype(bool, copy=False)
+    if trained is None or trained.all():  # pretrain rows train on every token: no masking pass
         labels[real] = tokens
+    else:
+        labels[real] = np.where(trained, tokens, IGNORE_INDEX)
     if spec.return_loss_mask:
         loss_mask = _filled(size, np.uint8, 0)
         loss_mask[real] = 1 if trained is None else trained
@@ -168,13 +170,14 @@ def _token_positions(row_start: np.ndarray, lens: np.ndarray) -> np.ndarray:
     these kernels release it, so the batch threads overlap).
     """
     total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
     token_start = np.cumsum(lens) - lens
     nonempty = lens > 0
-    jumps = _filled(total, np.int64, 0)
-    jumps[token_start[nonempty]] = np.diff((row_start - token_start)[nonempty], prepend=0)
-    out = np.cumsum(jumps, out=jumps)
-    out += np.arange(total)
-    return out
+    jumps = _filled(total, np.int64, 1)  # +1 a token, plus each row's jump (no arange temporary)
+    jumps[token_start[nonempty]] += np.diff((row_start - token_start)[nonempty], prepend=0)
+    jumps[0] -= 1
+    return np.cumsum(jumps, out=jumps)
 
 
 def _packed(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict, int]]:
