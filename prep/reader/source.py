@@ -2,8 +2,10 @@
 
 One read covers several steps of every split the rank owns (``b`` rows of each
 split per step): a range ``[t0*b, t1*b)`` read with Lance's offset/limit (a seek,
-whatever the position), or a ``take`` of a worker's strided steps. Arrow buffers
-are handed on without copies where the layout allows (see :func:`columns_to_numpy`).
+whatever the position), or a ``take`` of a worker's strided steps; splits are opened
+and read a few at a time. The read's splits become one :class:`~prep.reader.collate.Chunk`
+(one set of columns), so batch building never loops over splits. Arrow buffers are
+handed on without copies where the layout allows (see :func:`columns_to_numpy`).
 """
 
 from __future__ import annotations
