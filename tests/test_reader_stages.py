@@ -70,7 +70,7 @@ def _source(parts, splits=range(8, 16)):
 
 
 def chunk_keys(chunks: list) -> list:
-    return [(c.epoch, int(s), tuple(np.concatenate([p["id"][i * 2:(i + 1) * 2] for p in c.parts]).tolist()))
+    return [(c.epoch, int(s), tuple(c.rows.columns["id"][c.rows.rows(i, i + 1, 2)].tolist()))
             for c in chunks for i, s in enumerate(c.steps)]
 
 

@@ -3,9 +3,11 @@
 Batches are built for a group of steps at once (about :data:`GROUP_BYTES` of
 input), which keeps the per-batch Python down to a handful of calls (see
 :mod:`prep.reader.collate`). Groups are built by ``threads`` threads at once (NumPy
-releases the GIL in its kernels) and handed on in step order. The state is the
-position after the last batch returned; resetting seeks the source to that same
-position, so a chunk never has to be replayed.
+releases the GIL in its kernels) and handed on in step order, straight to the
+consumer's thread: a queue hop per batch (another thread, its locks and wake-ups)
+cost more CPU than building a small batch. The state is the position after the last
+batch returned; resetting seeks the source to that same position, so a chunk never
+has to be replayed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from prep.errors import PrepError
+from prep.reader.prefetch import ReaderError
 from prep.reader.batch import Batch
 from prep.reader.collate import collate_steps
 from prep.reader.schedule import Schedule
@@ -37,14 +40,15 @@ class Batcher:
         spec: how rows become tensors.
         pin_memory: copy each batch into pinned host memory (for fast, asynchronous GPU copies).
         threads: groups built at once (default 2).
+        ahead: batches built or being built ahead of the consumer, at least (default 4).
     """
 
     def __init__(self, source: Any, *, schedule: Schedule, spec: CollateSpec, pin_memory: bool = False,
-                 threads: int = 2) -> None:
-        if threads < 1:
-            raise PrepError(f"batch building: {threads=} must be >= 1")
+                 threads: int = 2, ahead: int = 4) -> None:
+        if threads < 1 or ahead < 1:
+            raise PrepError(f"batch building: {threads=} and {ahead=} must be >= 1")
         self._source, self._schedule, self._spec, self._pin = source, schedule, spec, pin_memory
-        self._threads, self._pool = threads, None
+        self._threads, self._ahead, self._pool = threads, ahead, None
         self._lock = threading.Lock()
         self.collate_s = 0.0
         self.pending_rows = 0
@@ -59,15 +63,23 @@ class Batcher:
     def next(self) -> Batch:
         """The next local batch. Raises StopIteration after the last."""
         while not self._ready:
-            self._submit()
+            self._submit(wait=not self._inflight)
             if not self._inflight:
                 raise StopIteration
-            self._ready.extend(self._inflight.popleft().result())
+            future, steps = self._inflight.popleft()
+            self._steps_inflight -= steps
+            try:
+                built = future.result()
+            except Exception as exc:
+                raise ReaderError(f"building batches failed: {type(exc).__name__}: {exc}") from exc
+            self._ready.extend(built)
+            self.ready_rows += sum(batch.num_rows for batch in built)
         batch = self._ready.popleft()
         self.pending_rows -= batch.num_rows
+        self.ready_rows -= batch.num_rows
         epoch, step = self._schedule.position(self._schedule.index(batch.epoch, batch.step) + 1)
         self._state = {EPOCH_KEY: epoch, STEP_KEY: step}
-        self._submit()  # keep the pool busy while the consumer works
+        self._submit(wait=False)  # keep the pool busy while the consumer works, never waiting on I/O
         return batch
 
     def get_state(self) -> dict[str, int]:
@@ -81,19 +93,25 @@ class Batcher:
         self._source.shutdown()
 
     def _drop(self) -> None:
-        for future in getattr(self, "_inflight", ()):
+        for future, _ in getattr(self, "_inflight", ()):
             future.cancel()
-        self._inflight: deque[Future] = deque()
+        self._inflight: deque[tuple[Future, int]] = deque()
         self._ready: deque[Batch] = deque()
         self._chunk: RawChunk | None = None
-        self._next, self._exhausted, self.pending_rows = 0, False, 0
+        self._next, self._exhausted, self.pending_rows, self.ready_rows, self._steps_inflight = 0, False, 0, 0, 0
 
-    def _submit(self) -> None:
-        """Starts building groups until ``threads`` are in flight or the source is exhausted."""
+    def _submit(self, wait: bool) -> None:
+        """Starts building groups until ``threads`` groups and ``ahead`` batches are in the works
+        (or the source is exhausted). Waits for a read only when ``wait`` (nothing else to hand
+        out), and for one at most, so a consumer with a batch ready never waits on I/O."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="reader-batch")
-        while len(self._inflight) < self._threads and not self._exhausted:
+        while (len(self._inflight) < self._threads or self._steps_inflight + len(self._ready) < self._ahead) \
+                and not self._exhausted:
             if self._chunk is None or self._next == len(self._chunk.steps):
+                if not wait and not getattr(self._source, "has_next", lambda: True)():
+                    return
+                wait = False
                 try:
                     self._chunk, self._next = self._source.next(), 0
                 except StopIteration:
@@ -103,13 +121,14 @@ class Batcher:
             chunk, start = self._chunk, self._next
             per_step = max(1, chunk.nbytes // len(chunk.steps))
             self._next = min(len(chunk.steps), start + max(1, GROUP_BYTES // per_step))
-            self._inflight.append(self._pool.submit(self._build, chunk, start, self._next))
+            self._inflight.append((self._pool.submit(self._build, chunk, start, self._next), self._next - start))
+            self._steps_inflight += self._next - start
 
     def _build(self, chunk: RawChunk, start: int, stop: int) -> list[Batch]:
         started = time.perf_counter()
         b = self._schedule.rows_per_split_step
         out = []
-        for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.parts, start, stop, b, self._spec), start=start):
+        for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.rows, start, stop, b, self._spec), start=start):
             batch = Batch.make(tensors, epoch=chunk.epoch, step=int(chunk.steps[j]), ids=ids, num_tokens=num_tokens)
             out.append(batch.pin_memory() if self._pin else batch)
         with self._lock:

@@ -1,16 +1,20 @@
-"""Build whole batches from a chunk with vectorized NumPy: no per-row Python.
+"""Build whole batches from a chunk with vectorized NumPy: no per-row and no per-split Python.
 
 A local batch is ``b`` consecutive rows of each split the rank owns, in split
-order. Batches are built a *group* of steps at a time, so the Python work is a few
-calls per split per group, whatever ``b`` is, and each batch is a view:
+order. A chunk holds all those splits in one set of columns (:class:`Chunk`), and
+batches are built a *group* of steps at a time by index arithmetic over it, so the
+Python work is a handful of calls per group, whatever ``b`` and the number of
+splits are, and each batch is a view of the group's output:
 
-* fixed-length rows (packed text, images): one strided copy per split puts the
-  group's rows in batch order (none at all when the rank reads one split and the
-  dtype is kept: then a batch is a reshape of the Arrow buffer, zero-copy);
-* variable-length rows: every token's place in the padded output is computed from
-  the Arrow offsets (a cumulative sum of per-row jumps) and the tokens are scattered
-  there in one operation per output, each batch padded to its own longest row (rounded up to
-  ``pad_to_multiple_of``, so shapes fall into a few buckets);
+* fixed-length rows (packed text, images): one gather puts the group's rows in batch
+  order (none at all when the rank reads one split in order and the dtype is kept:
+  then a batch is a reshape of the Arrow buffer, zero-copy);
+* variable-length rows: every token's place in the source values is computed from the
+  Arrow offsets (a cumulative sum of per-row jumps), its place in the padded output is a
+  mask (``arange(width) < length``, one call per batch), and the tokens are gathered and
+  put in place in one operation per output, each batch padded
+  to its own longest row (rounded up to ``pad_to_multiple_of``, so shapes fall into a
+  few buckets); outputs live on recycled memory (:mod:`prep.reader.buffers`);
 * ``labels`` are ``input_ids`` with -100 where ``loss_mask`` is 0 or on padding.
 
 Only NumPy computes here; torch merely wraps the results (``torch.from_numpy``). A
@@ -23,14 +27,16 @@ serialized the reader's threads), so reading and batch building overlap.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from prep.reader import buffers
 from prep.reader.spec import CollateSpec
 
-__all__ = ["collate_steps", "IGNORE_INDEX"]
+__all__ = ["Chunk", "collate_steps", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
 Built = tuple[dict[str, torch.Tensor], np.ndarray, int]  # (tensors, row ids, real tokens)
@@ -44,12 +50,42 @@ with warnings.catch_warnings():
     torch.from_numpy(_readonly)
 
 
-def collate_steps(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: CollateSpec) -> list[Built]:
-    """Batches for steps ``[start, stop)`` of a chunk (step ``j`` is rows ``[j*b, (j+1)*b)`` of every part).
+@dataclass(frozen=True)
+class Chunk:
+    """One read of all the rank's splits, as ONE set of columns (so no step costs Python per split).
+
+    Row ``i`` (read order) of split ``s`` is row ``order[s * split_rows + i]`` of ``columns``;
+    ``order`` None means the identity (the splits' rows concatenated, split after split).
+
+    Attributes:
+        columns: NumPy columns (see :func:`prep.reader.source.columns_to_numpy`).
+        num_splits: the rank's splits in this chunk.
+        split_rows: rows of each split in this chunk.
+        order: where each split's rows are in ``columns``, or None.
+    """
+
+    columns: dict[str, Any]
+    num_splits: int
+    split_rows: int
+    order: np.ndarray | None = None
+
+    def rows(self, start: int, stop: int, b: int) -> np.ndarray | slice:
+        """Rows of ``columns`` forming steps ``[start, stop)``, in batch order (step, split, row).
+
+        A slice (so batches are views) when the rank reads one split in order.
+        """
+        if self.num_splits == 1 and self.order is None:
+            return slice(start * b, stop * b)
+        steps = np.arange(start * b, stop * b).reshape(stop - start, 1, b)
+        pos = (np.arange(self.num_splits)[None, :, None] * self.split_rows + steps).ravel()
+        return pos if self.order is None else self.order[pos]
+
+
+def collate_steps(chunk: Chunk, start: int, stop: int, b: int, spec: CollateSpec) -> list[Built]:
+    """Batches for steps ``[start, stop)`` of a chunk: step ``j`` is rows ``[j*b, (j+1)*b)`` of every split.
 
     Args:
-        parts: one dict of NumPy columns per split, in split order (see
-            :func:`prep.reader.source.columns_to_numpy`).
+        chunk: the chunk's columns, all its splits in one (see :class:`Chunk`).
         start: first step, relative to the chunk.
         stop: end step, relative to the chunk.
         b: rows each split gives a step.
@@ -58,28 +94,21 @@ def collate_steps(parts: list[dict[str, Any]], start: int, stop: int, b: int, sp
     Returns:
         One ``(tensors, ids, num_tokens)`` per step.
     """
-    ids = _stack([p["id"] for p in parts], start, stop, b).reshape(stop - start, -1)
+    rows = chunk.rows(start, stop, b)
+    ids = chunk.columns["id"][rows].reshape(stop - start, -1)
     if spec.kind == "images":
-        built = _images(parts, start, stop, b, spec)
+        built = _images(chunk, rows, stop - start, spec)
     elif spec.kind == "packed":
-        built = _packed(parts, start, stop, b, spec)
+        built = _packed(chunk, rows, stop - start, spec)
     else:
-        built = _padded(parts, start, stop, b, spec)
+        built = _padded(chunk, rows, stop - start, spec)
     return [(tensors, ids[j], tokens) for j, (tensors, tokens) in enumerate(built)]
 
 
-def _stack(cols: list[np.ndarray], start: int, stop: int, b: int, dtype: Any = None) -> np.ndarray:
-    """Rows of steps ``[start, stop)`` of each column, in batch order: shape ``(steps, splits, b, ...)``.
-
-    A view when there is one column and no dtype change; else one strided copy per column.
-    """
-    steps, rows = stop - start, slice(start * b, stop * b)
-    first = cols[0][rows]
-    if len(cols) == 1 and (dtype is None or first.dtype == dtype):
-        return first.reshape(steps, 1, b, *first.shape[1:])
-    out = np.empty((steps, len(cols), b, *first.shape[1:]), dtype=dtype or first.dtype)
-    for s, col in enumerate(cols):
-        out[:, s] = col[rows].reshape(steps, b, *first.shape[1:])
+def _filled(size: int, dtype: Any, value: int) -> np.ndarray:
+    """``np.full`` on recycled memory (see :mod:`prep.reader.buffers`)."""
+    out = buffers.empty(size, dtype)
+    out.fill(value)
     return out
 
 
@@ -87,46 +116,44 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
 
-def _padded(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: CollateSpec) -> list[tuple[dict, int]]:
-    steps, k = stop - start, len(parts)
-    offsets = [p["input_ids"].offsets[start * b:stop * b + 1] for p in parts]
-    lens = np.stack([np.diff(o) for o in offsets]).astype(np.int64).reshape(k, steps, b)  # source order
-    tokens = np.concatenate([p["input_ids"].values[o[0]:o[-1]] for p, o in zip(parts, offsets)])
+def _padded(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict, int]]:
+    col = chunk.columns["input_ids"]
+    if isinstance(rows, slice):
+        rows = np.arange(rows.start, rows.stop)
+    row_src = col.offsets[rows].astype(np.int64)
+    lens = col.offsets[rows + 1] - row_src  # batch order: (step, split, row)
+    per_batch = lens.size // max(steps, 1)
     m = spec.pad_to_multiple_of
-    width = np.maximum(-(-lens.max(axis=(0, 2), initial=0) // m) * m, 1)  # per step
-    size = k * b * width
-    base = np.concatenate([[0], np.cumsum(size)])
-    # where each row starts in the flat output: batch base + (split, row) slot * batch width
-    slot = (np.arange(k)[:, None, None] * b + np.arange(b)[None, None, :])
-    row_start = (base[:-1][None, :, None] + slot * width[None, :, None]).ravel()
-    flat_lens = lens.ravel()
-    token_start = np.concatenate([[0], np.cumsum(flat_lens)[:-1]])
-    # dest[t] = t + (row_start - token_start) of t's row, as a cumulative sum of per-row jumps
-    # (np.repeat would hold the GIL for the whole group; these kernels release it)
-    nonempty = flat_lens > 0
-    jumps = np.zeros(tokens.size, dtype=np.int64)
-    jumps[token_start[nonempty]] = np.diff((row_start - token_start)[nonempty], prepend=0)
-    dest = np.cumsum(jumps, out=jumps)
-    dest += np.arange(tokens.size)
-    input_ids = np.full(int(base[-1]), spec.pad_id, dtype=_np_dtype(spec.token_dtype))
-    input_ids[dest] = tokens
-    labels = np.full(int(base[-1]), IGNORE_INDEX, dtype=np.int64)
-    attention = np.zeros(int(base[-1]), dtype=np.int64)
-    attention[dest] = 1
+    width = np.maximum(-(-lens.reshape(steps, per_batch).max(axis=1, initial=0) // m) * m, 1)  # per step
+    base = np.concatenate([[0], np.cumsum(per_batch * width)])
+    src = _token_positions(row_src, lens)
+    size = int(base[-1])
+    real = buffers.empty(size, np.bool_)  # which output places hold a token: arange(width) < length, per batch
+    places = np.arange(int(width.max(initial=1)))
+    for j, batch_lens in enumerate(lens.reshape(steps, per_batch)):
+        np.less(places[:width[j]], batch_lens[:, None], out=real[base[j]:base[j + 1]].reshape(per_batch, int(width[j])))
+    tokens = np.take(col.values, src, out=buffers.empty(src.size, col.values.dtype))
+    input_ids = _filled(size, _np_dtype(spec.token_dtype), spec.pad_id)
+    input_ids[real] = tokens
+    attention = buffers.empty(size, np.int64)
+    np.copyto(attention, real)
+    labels = _filled(size, np.int64, IGNORE_INDEX)
     trained = None
-    if "loss_mask" in parts[0]:
-        trained = np.concatenate([p["loss_mask"].values[o[0]:o[-1]] for p, o in zip(parts, offsets)]).astype(bool, copy=False)
-        labels[dest] = np.where(trained, tokens, IGNORE_INDEX)
+    if "loss_mask" in chunk.columns:
+        lm = chunk.columns["loss_mask"].values
+        trained = np.take(lm, src, out=buffers.empty(src.size, lm.dtype)).astype(bool, copy=False)
+    if trained is None or trained.all():  # pretrain rows train on every token: no masking pass
+        labels[real] = tokens
     else:
-        labels[dest] = tokens
+        labels[real] = np.where(trained, tokens, IGNORE_INDEX)
     if spec.return_loss_mask:
-        loss_mask = np.zeros(int(base[-1]), dtype=np.uint8)
-        loss_mask[dest] = 1 if trained is None else trained
-    per_step = lens.sum(axis=(0, 2))
+        loss_mask = _filled(size, np.uint8, 0)
+        loss_mask[real] = 1 if trained is None else trained
+    per_step = lens.reshape(steps, per_batch).sum(axis=1)
     out = []
     for j in range(steps):
         view = slice(int(base[j]), int(base[j + 1]))
-        shape = (k * b, int(width[j]))
+        shape = (per_batch, int(width[j]))
         tensors = {"input_ids": torch.from_numpy(input_ids[view].reshape(shape)),
                    "labels": torch.from_numpy(labels[view].reshape(shape)),
                    "attention_mask": torch.from_numpy(attention[view].reshape(shape))}
@@ -136,12 +163,29 @@ def _padded(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: Co
     return out
 
 
-def _packed(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: CollateSpec) -> list[tuple[dict, int]]:
-    steps, dtype = stop - start, _np_dtype(spec.token_dtype)
-    grab = lambda name, dt=None: _stack([p[name] for p in parts], start, stop, b, dt).reshape(steps, len(parts) * b, -1)  # noqa: E731
+def _token_positions(row_start: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Every token's position, row after row: ``row_start[i] + 0..lens[i]-1``, concatenated.
+
+    A cumulative sum of per-row jumps (``np.repeat`` would hold the GIL for the whole group;
+    these kernels release it, so the batch threads overlap).
+    """
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    token_start = np.cumsum(lens) - lens
+    nonempty = lens > 0
+    jumps = _filled(total, np.int64, 1)  # +1 a token, plus each row's jump (no arange temporary)
+    jumps[token_start[nonempty]] += np.diff((row_start - token_start)[nonempty], prepend=0)
+    jumps[0] -= 1
+    return np.cumsum(jumps, out=jumps)
+
+
+def _packed(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict, int]]:
+    dtype, cols = _np_dtype(spec.token_dtype), chunk.columns
+    grab = lambda name, dt=None: _as(cols[name][rows], dt).reshape(steps, -1, cols[name].shape[1])  # noqa: E731
     input_ids, position_ids = grab("input_ids", dtype), grab("position_ids", dtype)
     loss_mask = grab("loss_mask")
-    length = _stack([p["length"] for p in parts], start, stop, b).reshape(steps, -1)
+    length = cols["length"][rows].reshape(steps, -1)
     labels = np.where(loss_mask != 0, input_ids, np.int64(IGNORE_INDEX))
     attention = (np.arange(input_ids.shape[2]) < length[:, :, None]).astype(np.int64)
     out = []
@@ -154,11 +198,15 @@ def _packed(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: Co
     return out
 
 
-def _images(parts: list[dict[str, Any]], start: int, stop: int, b: int, spec: CollateSpec) -> list[tuple[dict, int]]:
+def _as(a: np.ndarray, dtype: Any) -> np.ndarray:
+    """``a`` in ``dtype``: itself (a view stays a view) when it already is."""
+    return a if dtype is None or a.dtype == dtype else a.astype(dtype)
+
+
+def _images(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict, int]]:
     h, w, c = spec.image_shape  # type: ignore[misc]
-    steps = stop - start
-    pixels = _stack([p["image"] for p in parts], start, stop, b).reshape(steps, -1, h, w, c)
-    labels = _stack([p["label"] for p in parts], start, stop, b, np.dtype(np.int64)).reshape(steps, -1)
+    pixels = chunk.columns["image"][rows].reshape(steps, -1, h, w, c)
+    labels = chunk.columns["label"][rows].astype(np.int64).reshape(steps, -1)
     out = []
     for j in range(steps):
         image = torch.from_numpy(pixels[j])

@@ -50,11 +50,11 @@ class ReaderDataset(IterableDataset):
         pad_to_multiple_of: round padded lengths up to a multiple (default 1).
         image_layout: ``NCHW`` (default) or ``NHWC``.
         return_loss_mask: also return ``loss_mask`` (default False).
-        pin_memory: build batches in pinned host memory, on the batch thread (default False; needs CUDA).
+        pin_memory: build batches in pinned host memory, on the batch-building threads (default False; needs CUDA).
         batch_threads: threads building batches (default 2).
         read_bytes: about how many bytes one read covers, all the rank's splits together (default 64 MiB).
         raw_chunks: reads queued ahead of batching (default 2).
-        prefetch_batches: batches queued ahead of the consumer (default 4).
+        prefetch_batches: batches built ahead of the consumer, at least (default 4).
         s3: where to reach ``s3://`` URIs (default: the environment).
 
     Example:

@@ -1,6 +1,6 @@
 """Device feed: batch N+1 is copied to the GPU on a side stream while batch N trains.
 
-On CUDA each batch's tensors (pinned by the reader's batch thread when
+On CUDA each batch's tensors (pinned by the reader's batch-building threads when
 ``pin_memory=True``) are copied with ``non_blocking=True`` on a dedicated stream;
 the consumer's stream waits for that copy only when it takes the batch, and
 ``record_stream`` keeps the caching allocator from reusing the memory early. On

@@ -1,6 +1,6 @@
 """One iteration's chain of stages, and the counters the status line is made of.
 
-    ChunkSource --(I/O thread, raw queue)--> Batcher --(batch thread, batch queue)--> [Transformer] --> consumer
+    ChunkSource --(I/O thread, raw queue)--> Batcher (batch-building threads) --> [Transformer] --> consumer
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Pipeline:
         num_workers: DataLoader workers (1 without workers).
         max_steps: steps per read once reads have ramped up.
         raw_chunks: reads queued ahead of batching.
-        prefetch_batches: batches queued ahead of the consumer.
+        prefetch_batches: batches built ahead of the consumer, at least.
         pin_memory: build batches in pinned memory.
         batch_threads: threads building batches.
         transform: optional ``fn(batch) -> dict``, on ``transform_threads`` threads.
@@ -46,10 +46,10 @@ class Pipeline:
         self.source = ChunkSource(layout=layout, schedule=schedule, splits=splits, columns=spec.columns,
                                   worker=worker, num_workers=num_workers, max_steps=max_steps)
         self.io = Prefetcher(self.source, depth=raw_chunks, name="reader I/O", size=lambda c: c.num_rows)
-        self.batcher = Batcher(self.io, schedule=schedule, spec=spec, pin_memory=pin_memory, threads=batch_threads)
-        self.batches = Prefetcher(self.batcher, depth=prefetch_batches, name="reader batch", size=lambda b: b.num_rows)
-        self.transformer = None if transform is None else Transformer(self.batches, transform, num_threads=transform_threads)
-        self.last: Any = self.transformer or self.batches
+        self.batcher = Batcher(self.io, schedule=schedule, spec=spec, pin_memory=pin_memory, threads=batch_threads,
+                               ahead=prefetch_batches)
+        self.transformer = None if transform is None else Transformer(self.batcher, transform, num_threads=transform_threads)
+        self.last: Any = self.transformer or self.batcher
         self.last.reset({EPOCH_KEY: start[0], STEP_KEY: start[1]})
         local_rows = schedule.rows_per_split_step * len(splits)
         self._to_read = len(range(schedule.index(*start) + worker, schedule.total, num_workers)) * local_rows
@@ -79,7 +79,7 @@ class Pipeline:
             bytes_read=self.source.bytes_read, rows_read=self.source.rows_read,
             unscanned_rows=max(0, self._to_read - self.source.rows_read),
             raw_rows=self.io.queued_rows + self.batcher.pending_rows,
-            prefetched_rows=self.batches.queued_rows + (t.inflight_rows if t else 0),
+            prefetched_rows=self.batcher.ready_rows + (t.inflight_rows if t else 0),
             consumed_rows=self._rows, consumed_tokens=self._tokens, consumed_batches=self._batches)
 
     def shutdown(self) -> None:

@@ -94,7 +94,23 @@ class PlannedSplit:
     def __init__(self, layout: Planned, table: SplitTable, epoch: int, split: int) -> None:
         self._layout, self._table, self._epoch, self._split = layout, table, epoch, split
 
-    def read(self, rows: np.ndarray):  # -> pa.Table
+    @staticmethod
+    def read_splits(splits: list["PlannedSplit"], rows: np.ndarray, pool: Any) -> tuple[Any, np.ndarray]:
+        """The same read-order ``rows`` of every split in ONE ``take`` of table rows in ascending order.
+
+        A Lance ``take`` costs about 20 ms a call on top of its rows (it visits every fragment), so
+        one call per chunk instead of one per split; ascending rows read each fragment front to
+        back. Returns the table and ``order``: split ``s``'s row ``i`` is row
+        ``order[s * len(rows) + i]`` of the table (see :class:`prep.reader.collate.Chunk`).
+        """
+        positions = np.concatenate([split.positions(rows) for split in splits])
+        ascending = np.argsort(positions, kind="stable")
+        order = np.empty_like(ascending)
+        order[ascending] = np.arange(len(ascending))
+        return splits[0]._table.read(positions[ascending]), order
+
+    def positions(self, rows: np.ndarray) -> np.ndarray:
+        """Table rows of this split's read-order ``rows``."""
         from prep import plan as planlib
 
         start, stop = int(rows[0]), int(rows[-1]) + 1
@@ -103,4 +119,4 @@ class PlannedSplit:
         order = planlib.split_rows_range(num_rows=self._layout.num_rows, num_splits=self._layout.num_splits,
                                          split=self._split, epoch=self._epoch, start=start, stop=stop,
                                          **self._layout._plan_args())
-        return self._table.read(order[rows - start])
+        return order[rows - start]

@@ -108,6 +108,10 @@ class Prefetcher:
             self.queued_rows -= rows
         return item
 
+    def has_next(self) -> bool:
+        """Whether :meth:`next` would answer without waiting for the thread."""
+        return self._finished or not self._queue.empty()
+
     def get_state(self) -> dict[str, Any]:
         return self._state
 

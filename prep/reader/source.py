@@ -2,13 +2,16 @@
 
 One read covers several steps of every split the rank owns (``b`` rows of each
 split per step): a range ``[t0*b, t1*b)`` read with Lance's offset/limit (a seek,
-whatever the position), or a ``take`` of a worker's strided steps. Arrow buffers
-are handed on without copies where the layout allows (see :func:`columns_to_numpy`).
+whatever the position), or a ``take`` of a worker's strided steps; splits are opened
+and read a few at a time. The read's splits become one :class:`~prep.reader.collate.Chunk`
+(one set of columns), so batch building never loops over splits. Arrow buffers are
+handed on without copies where the layout allows (see :func:`columns_to_numpy`).
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -17,11 +20,13 @@ import pyarrow as pa
 
 from prep import storage
 from prep.errors import PrepError
-from prep.reader import forksafe
+from prep.reader import buffers, forksafe
+from prep.reader.collate import Chunk
 from prep.reader.schedule import Schedule
 
 __all__ = ["Ragged", "RawChunk", "SplitTable", "ChunkSource", "columns_to_numpy", "EPOCH_KEY", "STEP_KEY"]
 
+READ_THREADS = 4  # split opens and reads in flight at once
 EPOCH_KEY = "epoch"
 STEP_KEY = "step"
 
@@ -38,20 +43,40 @@ def columns_to_numpy(table: pa.Table) -> dict[str, Any]:
     """Arrow columns as NumPy: zero-copy views of the Arrow buffers where the type allows.
 
     ``list<T>`` becomes :class:`Ragged`, ``fixed_size_list<T>[n]`` a 2-D ``(rows, n)`` array,
-    anything else a 1-D array. Boolean values (bit-packed in Arrow) are the one copy.
+    anything else a 1-D array. Boolean values (bit-packed in Arrow) are copied, and so are
+    columns of several chunks (one per split read): concatenated into recycled memory
+    (:mod:`prep.reader.buffers`), which, unlike fresh pages, costs no page faults.
     """
     out: dict[str, Any] = {}
     for name, col in zip(table.column_names, table.columns):
-        arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
-            values = arr.values
-            out[name] = Ragged(arr.offsets.to_numpy(), values.to_numpy(zero_copy_only=not pa.types.is_boolean(values.type)))
-        elif pa.types.is_fixed_size_list(arr.type):
-            flat = arr.flatten()
-            out[name] = flat.to_numpy(zero_copy_only=not pa.types.is_boolean(flat.type)).reshape(len(arr), arr.type.list_size)
-        else:
-            out[name] = arr.to_numpy(zero_copy_only=False)
+        parts = [_array_to_numpy(chunk) for chunk in col.chunks]
+        out[name] = parts[0] if len(parts) == 1 else _concat(parts)
     return out
+
+
+def _array_to_numpy(arr: pa.Array) -> Any:
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        values = arr.values
+        return Ragged(arr.offsets.to_numpy(), values.to_numpy(zero_copy_only=not pa.types.is_boolean(values.type)))
+    if pa.types.is_fixed_size_list(arr.type):
+        flat = arr.flatten()
+        return flat.to_numpy(zero_copy_only=not pa.types.is_boolean(flat.type)).reshape(len(arr), arr.type.list_size)
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def _concat(parts: list[Any]) -> Any:
+    """One column from several, rows after rows."""
+    if isinstance(parts[0], Ragged):
+        lens = [int(p.offsets[-1] - p.offsets[0]) for p in parts]
+        starts = np.cumsum([0] + lens)
+        offsets = _into([p.offsets[:-1] - (p.offsets[0] - start) for p, start in zip(parts, starts)] + [starts[-1:]])
+        return Ragged(offsets, _into([p.values[p.offsets[0]:p.offsets[-1]] for p in parts]))
+    return _into(parts)
+
+
+def _into(arrays: list[np.ndarray]) -> np.ndarray:
+    out = buffers.empty((sum(len(a) for a in arrays), *arrays[0].shape[1:]), np.result_type(*arrays))
+    return np.concatenate(arrays, out=out)
 
 
 class SplitTable:
@@ -83,6 +108,12 @@ class SplitTable:
             raise PrepError(f"split dataset {uri} lacks columns {missing} (it has {ds.schema.names})")
         return cls(uri, ds, columns)
 
+    @staticmethod
+    def read_splits(tables: list["SplitTable"], rows: np.ndarray, pool: ThreadPoolExecutor) -> tuple[pa.Table, None]:
+        """The same rows of every split, split after split (one read per split, on ``pool``'s threads)."""
+        parts = list(pool.map(lambda t: t.read(rows), tables))
+        return (parts[0] if len(parts) == 1 else pa.concat_tables(parts)), None
+
     def read(self, rows: np.ndarray) -> pa.Table:
         """Rows at the given positions, in that order: a range read when they are contiguous."""
         start, stop = int(rows[0]), int(rows[-1]) + 1
@@ -102,16 +133,18 @@ class SplitTable:
 class Layout(Protocol):
     """What the source needs from a materialized output or an on-the-fly plan."""
 
-    def open_split(self, epoch: int, split: int, columns: list[str]) -> Any: ...
+    def open_split(self, epoch: int, split: int, columns: list[str]) -> Any:
+        """A split object whose type has ``read_splits(tables, rows, pool) -> (table, order)``."""
+        ...
 
 
 @dataclass
 class RawChunk:
-    """One read: ``steps`` of ``epoch``; ``parts[i]`` holds split ``i``'s ``len(steps) * b`` rows."""
+    """One read: ``steps`` of ``epoch``; ``rows`` holds every split's ``len(steps) * b`` rows."""
 
     epoch: int
     steps: np.ndarray
-    parts: list[dict[str, Any]]
+    rows: Chunk
     num_rows: int
     nbytes: int
     fetch_s: float = field(default=0.0)
@@ -138,6 +171,7 @@ class ChunkSource:
         self._worker, self._num_workers, self._max_steps = worker, num_workers, max_steps
         self._tables: dict[int, Any] = {}
         self._tables_epoch: int | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self.fetch_s, self.bytes_read, self.rows_read = 0.0, 0, 0
         self.reset(None)
 
@@ -153,15 +187,15 @@ class ChunkSource:
         started = time.perf_counter()
         b = self._schedule.rows_per_split_step
         rows = (steps[:, None] * b + np.arange(b)).ravel()
-        parts, nbytes = [], 0
-        for split in self._splits:
-            table = self._table(epoch, split).read(rows)
-            nbytes += table.nbytes
-            parts.append(columns_to_numpy(table))
+        if self._pool is None:  # opens and reads of many splits overlap (Lance releases the GIL)
+            self._pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="reader-read")
+        tables = self._open(epoch)
+        table, order = type(tables[0]).read_splits(tables, rows, self._pool)
+        merged = Chunk(columns_to_numpy(table), len(tables), len(rows), order)
         self._position = self._schedule.position(self._schedule.index(epoch, int(steps[-1])) + 1)
-        chunk = RawChunk(epoch, steps, parts, len(rows) * len(self._splits), nbytes, time.perf_counter() - started)
+        chunk = RawChunk(epoch, steps, merged, len(rows) * len(tables), table.nbytes, time.perf_counter() - started)
         self.fetch_s += chunk.fetch_s
-        self.bytes_read += nbytes
+        self.bytes_read += chunk.nbytes
         self.rows_read += chunk.num_rows
         return chunk
 
@@ -169,15 +203,20 @@ class ChunkSource:
         return {EPOCH_KEY: self._position[0], STEP_KEY: self._position[1]}
 
     def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._tables.clear()
 
-    def _table(self, epoch: int, split: int) -> Any:
+    def _open(self, epoch: int) -> list[Any]:
+        """The rank's splits of ``epoch``, opened once (on the pool: the first batch waits on all of them)."""
         if self._tables_epoch != epoch:
             self._tables.clear()
             self._tables_epoch = epoch
-        if split not in self._tables:
-            self._tables[split] = self._layout.open_split(epoch, split, self._columns)
-        return self._tables[split]
+        missing = [s for s in self._splits if s not in self._tables]
+        opened = self._pool.map(lambda split: self._layout.open_split(epoch, split, self._columns), missing)
+        self._tables.update(zip(missing, opened))
+        return [self._tables[s] for s in self._splits]
 
 
 def _first_line(exc: BaseException) -> str:
