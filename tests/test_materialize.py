@@ -179,7 +179,8 @@ def test_sigkill_mid_epoch_then_rerun_matches_an_uninterrupted_run(synthetic, tm
         while len(glob.glob(f"{out}/epoch-*/*.done.json")) < 2:
             if proc.poll() is not None:
                 pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
-            assert time.time() < deadline
+            if time.time() > deadline:  # a watchdog, not a speed check: never hang the suite
+                pytest.fail("the run wrote fewer than 2 done records in 120 s")
             time.sleep(0.005)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
