@@ -129,6 +129,13 @@ def load_config(model: type[T], path: str | Path | None = None, **overrides: Any
         raise PrepError(_format_error(source, err)) from None
 
 
+# Keys that say where and how a job runs, not what it makes: left out of the hash (and s3, which
+# holds secrets). item_timeout_s stays in: it can decide whether a slow item is a row or a reject.
+RUNTIME_KEYS = frozenset({"s3", "ray", "executor", "overwrite", "max_bad_items_per_chunk", "max_task_retries"})
+
+
 def config_hash(cfg: BaseModel) -> str:
-    """sha256 of the resolved config's canonical JSON: equal configs, equal hashes."""
-    return hashlib.sha256(json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+    """sha256 of the resolved config's canonical JSON without :data:`RUNTIME_KEYS`: configs
+    that make the same table hash the same, wherever and however they ran."""
+    data = cfg.model_dump(mode="json", exclude=set(RUNTIME_KEYS) & set(type(cfg).model_fields))
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

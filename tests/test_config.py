@@ -66,3 +66,12 @@ def test_shipped_configs_validate(name):
 
     cfg = load_config(PretokenizeConfig, REPO / "configs" / f"{name}.yaml")
     assert cfg.output.endswith(".lance")
+
+
+def test_where_and_how_a_job_runs_does_not_change_its_hash(tmp_path):
+    path = write(tmp_path, BASE)
+    a = load_config(PretokenizeConfig, path)
+    b = load_config(PretokenizeConfig, path, executor="ray", overwrite=True, ray={"num_cpus": 3},
+                    s3={"secret_access_key": "hunter2"}, max_task_retries=1)
+    c = load_config(PretokenizeConfig, path, item_timeout_s=5)
+    assert config_hash(a) == config_hash(b) != config_hash(c)
