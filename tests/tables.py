@@ -172,3 +172,32 @@ def synthetic_table(
             yield from _rows(np.split(tokens, bounds), masks, ids_for(np.arange(start, start + n), salt=seed)).to_batches()
 
     return write_prepared(uri, batches(), fragment_rows=fragment_rows, storage_options=storage_options)
+
+
+def kill_midway(prep_args: list[str], out: Path, env: dict[str, str] | None = None, records: int = 2) -> None:
+    """Runs ``prep *prep_args`` and SIGKILLs its process group once ``records`` split done-records exist under ``out``.
+
+    The 120 s watchdog only keeps a broken run from hanging the suite.
+    """
+    import glob
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prep"), *prep_args], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    try:
+        while len(glob.glob(f"{out}/epoch-*/*.done.json")) < records:
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
+            if time.time() > deadline:
+                pytest.fail(f"the run wrote fewer than {records} done records in 120 s")
+            time.sleep(0.002)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

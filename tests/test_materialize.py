@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -172,19 +171,7 @@ def test_sigkill_mid_epoch_then_rerun_matches_an_uninterrupted_run(synthetic, tm
     # the killed driver joins this session's Ray, as a `ray job submit` driver joins its cluster
     args = ["materialize-shuffle", "--table", synthetic, "--output", str(out), "--epochs", "2", "--splits", "16",
             "--read-rows", "256", "--ray-address", ray_local.get_runtime_context().gcs_address]
-    proc = subprocess.Popen([str(VENV_BIN / "prep"), *args], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    try:
-        while len(glob.glob(f"{out}/epoch-*/*.done.json")) < 2:
-            if proc.poll() is not None:
-                pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
-            if time.time() > deadline:  # a watchdog, not a speed check: never hang the suite
-                pytest.fail("the run wrote fewer than 2 done records in 120 s")
-            time.sleep(0.005)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    tables.kill_midway(args, out)
     done = _settled(f"{out}/epoch-*/*.done.json")  # Ray stops the dead driver's tasks
     assert 2 <= len(done) < 32, "not killed mid-run"
     assert not (out / "manifest.json").exists()  # no epoch looks complete

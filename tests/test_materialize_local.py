@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import lance
@@ -19,7 +17,6 @@ from prep.errors import PrepError
 from prep.materialize import local, materialize_shuffle
 from prep.verify import verify
 
-VENV_BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -96,19 +93,7 @@ def test_sigkill_of_a_local_run_then_rerun_matches_an_uninterrupted_run(syntheti
     out = tmp_path / "killed"
     args = ["materialize-shuffle", "--table", synthetic, "--output", str(out), "--epochs", "3", "--splits", "48",
             "--read-rows", "64", "--num-cpus", "1"]
-    proc = subprocess.Popen([str(VENV_BIN / "prep"), *args], env=_no_cluster_env(), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    try:
-        while len(glob.glob(f"{out}/epoch-*/*.done.json")) < 2:
-            if proc.poll() is not None:
-                pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
-            if time.time() > deadline:  # a watchdog, not a speed check: never hang the suite
-                pytest.fail("the run wrote fewer than 2 done records in 120 s")
-            time.sleep(0.002)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    tables.kill_midway(args, out, env=_no_cluster_env())
     done = glob.glob(f"{out}/epoch-*/*.done.json")  # no process is left to write more
     assert 2 <= len(done) < 144, "not killed mid-run"
     assert not (out / "manifest.json").exists()
