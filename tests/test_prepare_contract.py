@@ -150,10 +150,11 @@ def test_prepare_job_contract_counts_chunking_and_rerun(kind, tokenizer_dir, sha
     assert one.equals(many) and rej_one.equals(rej_many)
 
 
-def test_a_dead_job_leaves_nothing_that_looks_complete_and_the_rerun_succeeds(tokenizer_dir, shared_data, tmp_path):
+@pytest.mark.parametrize("executor", ["ray", "local"])
+def test_a_dead_job_leaves_nothing_that_looks_complete_and_the_rerun_succeeds(executor, tokenizer_dir, shared_data, tmp_path):
     src = _text_inputs(tmp_path, shared_data)
     (src / "z.json").write_text('[{"question": "an array cut short"')  # fails its chunk once the job runs
-    cfg = text_config(tokenizer_dir, src, tmp_path / "out.lance", chunk_bytes=4096)
+    cfg = text_config(tokenizer_dir, src, tmp_path / "out.lance", chunk_bytes=4096, executor=executor)
     with pytest.raises(PrepError, match=r"z\.json.*malformed JSON"):
         run_pretokenize(cfg)
     for uri in (cfg.output, cfg.rejects_uri):

@@ -179,16 +179,17 @@ def run_chunks(
     return [results[i] for i in range(len(chunks))]
 
 
-_LOCAL: list[ThreadPoolExecutor] = []  # kept across jobs: its threads' sandboxes stay warm, like Ray's workers
+_LOCAL: dict[int, ThreadPoolExecutor] = {}  # by size, kept across jobs: its threads' sandboxes stay warm, like Ray's workers
 
 
 def _local_pool(workers: int) -> ThreadPoolExecutor:
-    """The process's pool of ``workers`` threads (rebuilt only when the size changes)."""
-    if _LOCAL and _LOCAL[0]._max_workers != workers:
-        _LOCAL.pop().shutdown()
-    if not _LOCAL:
-        _LOCAL.append(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prep-chunk"))
-    return _LOCAL[0]
+    """The process's pool of ``workers`` threads (another size replaces it)."""
+    if workers not in _LOCAL:
+        for old in _LOCAL.values():
+            old.shutdown()
+        _LOCAL.clear()
+        _LOCAL[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prep-chunk")
+    return _LOCAL[workers]
 
 
 def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, faults: str | None,
