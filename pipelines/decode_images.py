@@ -1,7 +1,7 @@
 """Ray job entry point: decode, normalize and resize images into a Lance table.
 
     ray job submit --working-dir . -- python pipelines/decode_images.py --config configs/imagefolder.yaml --output /abs/out/hymenoptera-224.lance
-    python pipelines/decode_images.py --config configs/imagefolder.yaml   # starts or joins a local Ray
+    python pipelines/decode_images.py --config configs/imagefolder.yaml   # this machine (or RAY_ADDRESS's cluster)
 
 Same code as ``prep decode-images``: this file only forwards its arguments.
 Under ``ray job submit`` the job runs in a temporary copy of the working dir, so

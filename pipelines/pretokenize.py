@@ -1,7 +1,7 @@
 """Ray job entry point: tokenize text sources into a Lance table.
 
     ray job submit --working-dir . -- python pipelines/pretokenize.py --config configs/gsm8k-sft.yaml
-    python pipelines/pretokenize.py --config configs/gsm8k-sft.yaml   # starts or joins a local Ray
+    python pipelines/pretokenize.py --config configs/gsm8k-sft.yaml   # this machine (or RAY_ADDRESS's cluster)
 
 Same code as ``prep pretokenize``: this file only forwards its arguments.
 """

@@ -2,7 +2,8 @@
 
 The same :func:`run_pretokenize` runs under ``ray job submit`` (it joins the
 cluster through ``RAY_ADDRESS``), from ``python pipelines/pretokenize.py`` and from
-``prep pretokenize`` (both start or join a local Ray).
+``prep pretokenize`` (on this machine unless there is a cluster to join), through
+the one prepare driver (:mod:`prep.prepare.driver`).
 """
 
 from __future__ import annotations

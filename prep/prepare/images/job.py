@@ -2,9 +2,9 @@
 
 The same :func:`run_decode_images` runs under ``ray job submit`` (it joins the
 cluster through ``RAY_ADDRESS``), from ``python pipelines/decode_images.py`` and
-from ``prep decode-images`` (both start or join a local Ray). It follows the
-pretokenize job step by step: plan on the driver, decode chunks as Ray Data tasks
-that write uncommitted fragments, commit rejects then the table once, in chunk order.
+from ``prep decode-images`` (on this machine unless there is a cluster to join). It
+is a :class:`~prep.prepare.driver.PrepareJob`: the one prepare driver plans, claims
+the outputs, runs chunks, commits rejects then the table once, in chunk order.
 """
 
 from __future__ import annotations
