@@ -6,6 +6,8 @@ import logging
 import os
 import sys
 
+from prep import logs
+
 __all__ = ["init_ray", "use_ray", "WORKER_ENV"]
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,9 @@ def use_ray(address: str | None = None) -> bool:
 def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
     """Joins the cluster at ``address`` / ``RAY_ADDRESS`` (as under ``ray job submit``),
     else starts a local Ray with ``num_cpus`` CPUs. A no-op when Ray is already up.
+
+    Ray's banner, its token-auth notice, Ray Data's INFO lines and the workers' output
+    reach the terminal only with ``prep -v`` (:mod:`prep.logs`).
     """
     import ray
 
@@ -50,11 +55,13 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None
         return
     address = address or os.environ.get("RAY_ADDRESS")
     runtime_env = {"env_vars": WORKER_ENV}
+    talk = dict(log_to_driver=logs.verbose(), logging_level=logs.third_party_level())
     if address:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        ray.init(address=address, runtime_env=runtime_env, **talk)
     else:
-        ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False, log_to_driver=True)
+        ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False, **talk)
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
+    ctx.enable_progress_bars = False  # prep draws one bar per job (prep.progress), not one per operator
     ctx.print_on_execution_start = False
+    logs.quiet_third_party()  # ray.init and the ray.data import just reset their loggers' levels
     log.info("ray: %s", ray.cluster_resources())

@@ -11,7 +11,12 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("decode-images", help="decode and resize images into a Lance table (a Ray Data job)")
+    p = sub.add_parser(
+        "decode-images", help="decode and resize images into a Lance table (a Ray Data job)",
+        description="Decode, orient and resize images (ImageFolder, a manifest, WebDataset shards or Parquet; local or\n"
+        "s3://) into a Lance table of fixed-size pixel arrays and labels, plus a rejects table.\n\n"
+        "example:\n  prep decode-images --config configs/imagefolder.yaml --output out/photos.lance",
+    )
     add_job_arguments(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)

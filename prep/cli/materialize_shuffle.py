@@ -19,8 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "materialize-shuffle",
         help="write shuffled epochs as per-split Lance datasets + manifest.json",
-        description="Write epochs [start-epoch, start-epoch + epochs) of a seeded shuffle plan to OUTPUT. "
-        "Rerunning the same command finishes what a killed run left; a larger --epochs adds epochs.",
+        description="Write epochs [start-epoch, start-epoch + epochs) of a seeded shuffle plan to OUTPUT.\n"
+        "Rerunning the same command finishes what a killed run left; a larger --epochs adds epochs.\n\n"
+        "example:\n  prep materialize-shuffle --table out/gsm8k.lance --output out/gsm8k-epochs --epochs 3 --splits 48",
     )
     p.add_argument("--table", required=True, help="prepared Lance table (local path or s3://)")
     p.add_argument("--output", required=True, help="output directory (local path or s3://)")

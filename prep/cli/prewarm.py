@@ -15,7 +15,12 @@ def epoch_list(text: str) -> list[int]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prewarm", help="copy one rank's split datasets (+ manifest) to a local cache, verified")
+    p = sub.add_parser(
+        "prewarm", help="copy one rank's split datasets (+ manifest) to a local cache, verified",
+        description="Copy the splits one rank reads (and the manifest) from a materialized output, local or s3://, to a\n"
+        "local cache laid out like the output, checking each split's checksum; rerunning skips what is cached.\n\n"
+        "example:\n  prep prewarm s3://bucket/gsm8k-epochs --rank 3 --world-size 8 --cache /local/nvme/gsm8k-epochs",
+    )
     p.add_argument("path", help="materialized output directory (local path or s3://)")
     p.add_argument("--cache", required=True, help="local cache directory (laid out like the output)")
     p.add_argument("--rank", type=at_least(0), help="this rank (default: torch.distributed, RANK, SLURM_PROCID, else 0)")

@@ -11,7 +11,12 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("read", help="print the row ids in each batch of one rank (checks a materialized output)")
+    p = sub.add_parser(
+        "read", help="print the row ids in each batch of one rank (checks a materialized output)",
+        description="Print the row ids of each batch one rank would train on, read through prep.reader exactly as\n"
+        "training reads them; the last line on stderr is the reader's status line.\n\n"
+        "example:\n  prep read out/gsm8k-epochs --global-batch-size 96 --rank 0 --world-size 4 --max-steps 3",
+    )
     p.add_argument("path", help="a materialized output (directory with manifest.json)")
     p.add_argument("--epoch", type=at_least(0), default=0, help="epoch to read (default 0)")
     p.add_argument("--rank", type=at_least(0), default=None, help="rank (default: torch.distributed, RANK, SLURM_PROCID, else 0; see docs/reader.md)")

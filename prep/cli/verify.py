@@ -11,7 +11,12 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verify", help="check a materialized output: rows once per epoch, split sizes, checksums, source version")
+    p = sub.add_parser(
+        "verify", help="check a materialized output: rows once per epoch, split sizes, checksums, source version",
+        description="Check a materialized output against its source table: every selected row once per epoch, split\n"
+        "sizes and content checksums as the manifest says, the source table still at the recorded version.\n\n"
+        "example:\n  prep verify out/gsm8k-epochs",
+    )
     p.add_argument("path", help="materialized output directory (local path or s3://)")
     p.add_argument("--no-ids", action="store_true", help="skip the per-row id comparison with the plan (faster)")
     p.set_defaults(func=run)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import pyarrow as pa
 
@@ -25,6 +26,7 @@ import prep
 from prep import lance_io, storage
 from prep.config import JobConfig, config_hash
 from prep.errors import PrepError
+from prep.progress import Bar
 from prep.prepare.isolation import Limits
 from prep.prepare.job import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
 from prep.outputs import claim_outputs
@@ -94,8 +96,10 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     executor = executor_for(cfg)
     ray_seconds = start_ray(cfg) if executor == "ray" else 0.0
     t_run = time.perf_counter()
-    results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
-                         storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus)
+    with Bar(len(plan.chunks), f"{job.name} {cfg.output}", unit="chunk") as bar:
+        results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
+                             storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
+                             on_result=_advance(bar, t_run))
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
     metadata = {
         "format": TABLE_FORMAT,
@@ -129,6 +133,20 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
         "counts": counts,
         **job.summary(plan, counts),
     }
+
+
+def _advance(bar: Bar, t0: float) -> Callable[[ChunkResult], None]:
+    """Moves ``bar`` one chunk per result, showing rows written so far and tokens/s (when the job counts tokens)."""
+    totals: Counter = Counter()
+
+    def on_result(result: ChunkResult) -> None:
+        totals.update(result.counts)
+        shown: dict[str, Any] = {"rows": totals["rows_written"]}
+        if totals["tokens"]:
+            shown["tok/s"] = int(totals["tokens"] / max(time.perf_counter() - t0, 1e-9))
+        bar.update(1, **shown)
+
+    return on_result
 
 
 def where_it_ran(summary: dict[str, Any]) -> str:

@@ -152,6 +152,7 @@ def run_chunks(
     limits: Limits = Limits(),
     executor: Executor = "ray",
     local_workers: int | None = None,
+    on_result: Callable[[ChunkResult], None] | None = None,
 ) -> list[ChunkResult]:
     """Runs ``worker`` on every chunk; returns results in chunk order.
 
@@ -161,6 +162,7 @@ def run_chunks(
     output is identical. Each chunk runs isolated (prep.prepare.isolation): items that
     crash or hang the worker become rejects within ``limits``, and Ray retries a task at
     most ``limits.max_task_retries`` times (Ray Data's default is forever).
+    ``on_result`` sees each chunk's result as it arrives (the driver's progress bar).
 
     Raises:
         PrepError: a chunk cannot finish, or a Ray task kept failing; one line saying which.
@@ -169,10 +171,11 @@ def run_chunks(
     kwargs = dict(worker=worker, output_uri=output_uri, rejects_uri=rejects_uri, storage_options=storage_options,
                   max_rows_per_file=max_rows_per_file)
     faults = os.environ.get(FAULTS_ENV)
+    arrived = on_result or (lambda result: None)
     if executor == "local":
-        results = _run_local(items, kwargs, limits, faults, local_workers or os.cpu_count() or 1)
+        results = _run_local(items, kwargs, limits, faults, local_workers or os.cpu_count() or 1, arrived)
     else:
-        results = _run_on_ray(items, kwargs, limits, faults, num_cpus_per_task)
+        results = _run_on_ray(items, kwargs, limits, faults, num_cpus_per_task, arrived)
     missing = sorted(set(range(len(chunks))) - results.keys())
     if missing:
         raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
@@ -193,7 +196,7 @@ def _local_pool(workers: int) -> ThreadPoolExecutor:
 
 
 def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, faults: str | None,
-               workers: int) -> dict[int, ChunkResult]:
+               workers: int, arrived: Callable[[ChunkResult], None]) -> dict[int, ChunkResult]:
     """Chunks on this process's worker threads, each feeding its own sandbox; the first error stops the rest."""
     pool = _local_pool(workers)
     futures = {pool.submit(_isolated_chunk, index, blob, limits, faults, kwargs): index for index, blob in items}
@@ -204,6 +207,7 @@ def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: L
             if error is not None:
                 raise PrepError(error.strip())
             results[futures[future]] = pickle.loads(blob)
+            arrived(results[futures[future]])
     finally:
         for future in futures:
             future.cancel()  # not started yet: dropped; running: they finish their chunk
@@ -212,7 +216,7 @@ def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: L
 
 
 def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, faults: str | None,
-                num_cpus_per_task: float) -> dict[int, ChunkResult]:
+                num_cpus_per_task: float, arrived: Callable[[ChunkResult], None]) -> dict[int, ChunkResult]:
     """Chunks as Ray Data tasks (one block each), with finite retries."""
     import ray
 
@@ -236,6 +240,7 @@ def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: 
                 if error is not None:
                     raise PrepError(error.strip())
                 results[index] = pickle.loads(blob)
+                arrived(results[index])
     except ray.exceptions.RayError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise PrepError(f"a Ray task failed after {limits.max_task_retries} retries (max_task_retries): {type(exc).__name__}: {first}") from None

@@ -2,22 +2,27 @@
 
 Queue depths are in rows: *unscanned* (still on disk), *raw* (read, not yet in
 batches), *prefetched* (in batches the consumer has not taken) and *consumed*.
-The verdict compares, over the last interval, how long the consumer waited for
+The verdict (:func:`diagnose`, the one implementation behind the status line and
+``prep bench``) compares, over an interval, how long the consumer waited for
 batches with how busy the I/O and batch-building stages were:
 
 * the consumer rarely waited (< 5% of the time): the trainer is the bottleneck
   (``consumer-bound``; ``gpu-bound`` when it trains on a GPU): the reader keeps up;
-* it waited and the I/O thread was the busier stage: ``io-bound`` (more/faster disk,
-  ``prep prewarm``, larger reads);
-* it waited and building batches or the transform was busier: ``cpu-bound``.
+* it waited and the I/O thread was the busier stage: ``io-bound``, from object
+  storage (``remote-io``: ``prep prewarm``) or local disk (``local-io``: larger reads);
+* it waited and building batches or the transform was busier: ``cpu-bound``
+  (``collate``: more ``batch_threads``; ``transform``: more ``transform_threads``).
+
+Each stage comes with the knob to turn (:data:`KNOBS`, also in docs/tuning.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["StatsSnapshot", "verdict", "status_line", "WAIT_FRACTION_BOUND"]
+__all__ = ["StatsSnapshot", "Stage", "Verdict", "KNOBS", "diagnose", "verdict", "status_line", "WAIT_FRACTION_BOUND"]
 
 WAIT_FRACTION_BOUND = 0.05
 
@@ -74,8 +79,66 @@ class StatsSnapshot:
         return f"{self.unscanned_rows}/{self.raw_rows}/{self.prefetched_rows}/{self.consumed_rows}"
 
 
+Stage = Literal["consumer", "remote-io", "local-io", "collate", "transform"]
+
+KNOBS: dict[Stage, str] = {
+    "consumer": "nothing to tune in the reader: it keeps up; a faster training step (or a larger batch) moves the bound",
+    "remote-io": "copy the rank's splits to local disk first (`prep prewarm`), or raise read_bytes (fewer, larger "
+                 "requests) and raw_chunks (more reads in flight)",
+    "local-io": "raise read_bytes (larger sequential reads) and raw_chunks (reads queued ahead), put the splits on faster "
+                "disk, or materialize only the columns you train on (--columns)",
+    "collate": "raise batch_threads (threads building batches) and prefetch_batches (batches built ahead)",
+    "transform": "raise transform_threads, or move that work into the prepare job so it runs once, offline",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """Which stage bounds reading over an interval, and the knob to turn.
+
+    Attributes:
+        stage: the bounding stage (see :data:`KNOBS`).
+        label: the status line's word: ``{consumer}-bound``, ``io-bound`` or ``cpu-bound``.
+        wait_fraction: share of the interval the consumer spent waiting for batches.
+        knob: what to change, in words.
+    """
+
+    stage: Stage
+    label: str
+    wait_fraction: float
+    knob: str
+
+
+def diagnose(prev: StatsSnapshot, cur: StatsSnapshot, *, remote: bool = False, consumer: str = "consumer") -> Verdict:
+    """The stage that bounds reading over the interval ``prev`` -> ``cur``.
+
+    Args:
+        prev: counters at the start of the interval (``StatsSnapshot()``: since iteration started).
+        cur: counters at its end.
+        remote: the splits are read from object storage (``s3://``), not a local disk.
+        consumer: what consumes the batches, for the label (``gpu``: ``gpu-bound``).
+
+    Example:
+        >>> v = diagnose(StatsSnapshot(), StatsSnapshot(wall_s=10, wait_s=6, fetch_s=1, collate_s=2, transform_s=7))
+        >>> v.stage, v.label, v.wait_fraction
+        ('transform', 'cpu-bound', 0.6)
+    """
+    wall = max(cur.wall_s - prev.wall_s, 1e-9)
+    waited = (cur.wait_s - prev.wait_s) / wall
+    io = cur.fetch_s - prev.fetch_s
+    collate, transform = cur.collate_s - prev.collate_s, cur.transform_s - prev.transform_s
+    stage: Stage
+    if waited < WAIT_FRACTION_BOUND:
+        stage, label = "consumer", f"{consumer}-bound"
+    elif io >= collate + transform:
+        stage, label = ("remote-io" if remote else "local-io"), "io-bound"
+    else:
+        stage, label = ("transform" if transform > collate else "collate"), "cpu-bound"
+    return Verdict(stage=stage, label=label, wait_fraction=round(waited, 4), knob=KNOBS[stage])
+
+
 def verdict(prev: StatsSnapshot, cur: StatsSnapshot, *, consumer: str = "consumer") -> str:
-    """``{consumer}-bound``, ``io-bound`` or ``cpu-bound`` over the interval ``prev`` -> ``cur``.
+    """``{consumer}-bound``, ``io-bound`` or ``cpu-bound`` over the interval ``prev`` -> ``cur`` (:func:`diagnose`'s label).
 
     Example:
         >>> verdict(StatsSnapshot(), StatsSnapshot(wall_s=10, wait_s=0.1, fetch_s=2, collate_s=1))
@@ -83,12 +146,7 @@ def verdict(prev: StatsSnapshot, cur: StatsSnapshot, *, consumer: str = "consume
         >>> verdict(StatsSnapshot(), StatsSnapshot(wall_s=10, wait_s=6, fetch_s=9, collate_s=1))
         'io-bound'
     """
-    wall = max(cur.wall_s - prev.wall_s, 1e-9)
-    if (cur.wait_s - prev.wait_s) / wall < WAIT_FRACTION_BOUND:
-        return f"{consumer}-bound"
-    io = cur.fetch_s - prev.fetch_s
-    cpu = (cur.collate_s - prev.collate_s) + (cur.transform_s - prev.transform_s)
-    return "io-bound" if io >= cpu else "cpu-bound"
+    return diagnose(prev, cur, consumer=consumer).label
 
 
 def status_line(prev: StatsSnapshot, cur: StatsSnapshot, *, epoch: int, num_epochs: int, step: int,

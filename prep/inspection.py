@@ -1,0 +1,321 @@
+"""``prep inspect``: what a prepared table, a rejects table or a materialized output holds.
+
+Every figure is measured from the data or read from the metadata the output
+carries (docs/architecture.md), never recomputed from the config: a report is
+a plain dict (``--json`` prints it as is) and :func:`format_report` words it.
+Bad paths are one-line :class:`~prep.errors.PrepError`\\ s: not a table, a table
+in a format a newer prep wrote, a materialized output missing a split.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from importlib import metadata as dist
+from typing import Any, Literal
+
+import lance
+import numpy as np
+import pyarrow.compute as pc
+
+import prep
+from prep import lance_io, storage
+from prep.errors import PrepError
+from prep.materialize.layout import JOB_FILE, MANIFEST, read_manifest
+from prep.prepare.driver import TABLE_FORMAT
+
+__all__ = ["Kind", "kind_of", "inspect_path", "decode_rows", "reason_group", "format_report", "to_json", "PERCENTILES"]
+
+Kind = Literal["table", "rejects", "materialized"]
+PERCENTILES = (50, 90, 99)
+_EXAMPLES_PER_REASON = 2
+_GALLERY = 16  # sample images kept for the plot
+
+
+def kind_of(path: str, s3: storage.S3Options | None = None) -> tuple[Kind, lance.LanceDataset | None]:
+    """What ``path`` is (and its opened Lance table, if it is one).
+
+    Raises:
+        PrepError: it is neither a materialized output nor a Lance table prep wrote, or
+            a prep newer than this one wrote it.
+    """
+    if storage.exists(storage.join(path, MANIFEST), s3) or storage.exists(storage.join(path, JOB_FILE), s3) \
+            and not storage.exists(storage.join(path, "_versions"), s3):
+        return "materialized", None
+    if not storage.exists(storage.join(path, "_versions"), s3):
+        what = "does not exist" if not storage.exists(path, s3) else "is not a Lance table or a materialized output"
+        raise PrepError(f"{path} {what}: `prep inspect` takes a table from `prep pretokenize`/`prep decode-images`, "
+                        f"its .rejects.lance table, or an output of `prep materialize-shuffle`")
+    ds = lance_io.open_table(path, storage_options=storage.lance_storage_options(path, s3))
+    meta = lance_io.prep_metadata(ds)
+    if "of" in meta and "format" not in meta:
+        return "rejects", ds
+    fmt = meta.get("format")
+    if fmt is None:
+        raise PrepError(f"{path} is a Lance table prep did not write (no prep metadata in its schema): "
+                        "inspect it with Lance itself, e.g. lance.dataset(path).head(5)")
+    if fmt != TABLE_FORMAT:
+        raise PrepError(f"{path} was written in format {fmt!r} by prep {meta.get('prep_version', '?')}; this prep "
+                        f"({prep.__version__}) reads {TABLE_FORMAT!r}: upgrade prep to inspect it")
+    return "table", ds
+
+
+def reason_group(reason: str) -> str:
+    """A reject reason with its numbers and quoted values blanked, so alike rejects group together.
+
+    >>> reason_group("1234 tokens > max_length 1024")
+    'N tokens > max_length N'
+    >>> reason_group("missing field 'answer'")
+    "missing field '…'"
+    """
+    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'…'", reason))
+
+
+def inspect_path(path: str, *, rows: int = 0, s3: storage.S3Options | None = None) -> dict[str, Any]:
+    """The report for ``path`` (``rows``: how many sample rows to decode), as a JSON-ready dict."""
+    kind, ds = kind_of(path, s3)
+    if kind == "materialized":
+        return _materialized(path, rows, s3)
+    report = _table(path, ds, rows, s3) if kind == "table" else _rejects(path, ds, rows)  # type: ignore[arg-type]
+    return {"kind": kind, "path": path, **report}
+
+
+# --- prepared tables -------------------------------------------------------------------------------
+
+def _versions(meta: dict[str, Any]) -> dict[str, str]:
+    return {"written_by_prep": meta.get("prep_version", "?"), "this_prep": prep.__version__, "pylance": dist.version("pylance")}
+
+
+def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options | None) -> dict[str, Any]:
+    meta = lance_io.prep_metadata(ds)
+    report: dict[str, Any] = {
+        "table_kind": meta.get("kind"),
+        "version": ds.version,
+        "num_rows": ds.count_rows(),
+        "schema": {f.name: str(f.type) for f in ds.schema},
+        "counts": meta.get("counts", {}),
+        "config": meta.get("config", {}),
+        "config_hash": meta.get("config_hash"),
+        "sources": len(meta.get("sources", [])),
+        "versions": _versions(meta),
+    }
+    if meta.get("kind") == "images":
+        report.update(_images(ds, meta, rows))
+    else:
+        report.update(_text(ds, meta, rows))
+    rejects_uri = meta.get("rejects_uri")
+    if rejects_uri and storage.exists(storage.join(rejects_uri, "_versions"), s3):
+        rej = lance_io.open_table(rejects_uri, storage_options=storage.lance_storage_options(rejects_uri, s3))
+        report["rejects"] = {"path": rejects_uri, **_rejects(rejects_uri, rej, 0)}
+    else:
+        report["rejects"] = {"path": rejects_uri, "missing": True}
+    return report
+
+
+def _text(ds: lance.LanceDataset, meta: dict[str, Any], rows: int) -> dict[str, Any]:
+    lengths = ds.to_table(columns=["length"])["length"].to_numpy()
+    counts = meta.get("counts", {})
+    out: dict[str, Any] = {
+        "tokenizer": meta.get("tokenizer"),
+        "seq_len": meta.get("seq_len"),
+        "tokens": int(lengths.sum()),
+        "tokens_trained": counts.get("tokens_trained"),
+        "length": {"min": int(lengths.min()) if len(lengths) else 0, "max": int(lengths.max()) if len(lengths) else 0,
+                   **{f"p{q}": float(np.percentile(lengths, q)) if len(lengths) else 0.0 for q in PERCENTILES}},
+        "lengths": lengths,  # for the plot; dropped from --json
+    }
+    if rows:
+        out["samples"] = decode_rows(ds.head(rows).to_pylist(), (meta.get("tokenizer") or {}).get("name"))
+    return out
+
+
+def decode_rows(rows: list[dict[str, Any]], tokenizer: str | None) -> list[dict[str, Any]]:
+    """Rows back to text, in runs of trained (loss_mask 1) and masked (0) tokens; ids only without a tokenizer."""
+    tok = None
+    if tokenizer:
+        from prep.prepare.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(tokenizer)
+    out = []
+    for row in rows:
+        ids = [int(i) for i in row["input_ids"]]
+        mask = [int(m) for m in row.get("loss_mask") or [1] * len(ids)]
+        runs = []
+        start = 0
+        for i in range(1, len(ids) + 1):
+            if i == len(ids) or mask[i] != mask[start]:
+                piece = ids[start:i]
+                runs.append({"trained": bool(mask[start]),
+                             "text": tok.decode(piece) if tok is not None else " ".join(map(str, piece))})
+                start = i
+        out.append({"id": int(row["id"]), "length": len(ids), "runs": runs})
+    return out
+
+
+def _images(ds: lance.LanceDataset, meta: dict[str, Any], rows: int) -> dict[str, Any]:
+    names = meta.get("labels") or []
+    labels = ds.to_table(columns=["label"])["label"].to_numpy()
+    counts = Counter(int(x) for x in labels)
+    out: dict[str, Any] = {
+        "image": meta.get("image"),
+        "labels": {_label(names, k): n for k, n in sorted(counts.items())},
+    }
+    shape = (meta.get("image") or {}).get("shape")
+    head = ds.head(max(rows, _GALLERY), columns=[c for c in ("id", "label", "source", "image") if c in ds.schema.names])
+    samples = []
+    for row in head.to_pylist():
+        pixels = np.asarray(row.get("image") or [], np.uint8)
+        samples.append({"id": int(row["id"]), "label": _label(names, row["label"]), "source": row.get("source"),
+                        "mean_pixel": round(float(pixels.mean()), 1) if pixels.size else None,
+                        "pixels": pixels.reshape(shape) if shape and pixels.size else None})
+    out["gallery"], out["samples"] = samples, samples[:rows]
+    return out
+
+
+def _label(names: list[str], label: int) -> str:
+    return names[label] if 0 <= label < len(names) else str(label)
+
+
+# --- rejects ---------------------------------------------------------------------------------------
+
+def _rejects(path: str, ds: lance.LanceDataset, rows: int) -> dict[str, Any]:
+    t = ds.to_table(columns=["source", "position", "reason", "raw"])
+    groups: dict[str, dict[str, Any]] = {}
+    for source, position, reason, raw in zip(*(t[c].to_pylist() for c in ("source", "position", "reason", "raw"))):
+        g = groups.setdefault(reason_group(reason), {"count": 0, "examples": []})
+        g["count"] += 1
+        if len(g["examples"]) < max(_EXAMPLES_PER_REASON, rows):
+            g["examples"].append({"source": source, "position": position, "reason": reason, "raw": (raw or "")[:160]})
+    ordered = dict(sorted(groups.items(), key=lambda kv: -kv[1]["count"]))
+    return {"num_rows": t.num_rows, "of": lance_io.prep_metadata(ds).get("of"),
+            "files_rejected": int(pc.sum(pc.equal(t["position"], "file")).as_py() or 0), "reasons": ordered}
+
+
+# --- materialized outputs --------------------------------------------------------------------------
+
+def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[str, Any]:
+    manifest = read_manifest(path, s3)
+    missing = [s["path"] for e in manifest["epochs"] for s in e["splits"]
+               if not storage.exists(storage.join(path, s["path"], "_versions"), s3)]
+    if missing:
+        raise PrepError(f"{path}: {len(missing)} split(s) listed in {MANIFEST} are missing, first {storage.join(path, missing[0])}; "
+                        f"rerun `prep materialize-shuffle` with the same arguments to rewrite them (or `prep verify {path}`)")
+    per_epoch = {e["epoch"]: [s["num_rows"] for s in e["splits"]] for e in manifest["epochs"]}
+    report: dict[str, Any] = {
+        "kind": "materialized", "path": path,
+        "fingerprint": manifest["fingerprint"], "source": manifest["source"], "plan": manifest["plan"],
+        "columns": manifest["columns"], "num_selected_rows": manifest["num_selected_rows"],
+        "epochs": sorted(per_epoch), "num_splits": manifest["plan"]["num_splits"],
+        "rows_per_epoch": {e: sum(r) for e, r in per_epoch.items()},
+        "rows_per_split": per_epoch,
+        "versions": {"this_prep": prep.__version__, "pylance": dist.version("pylance")},
+    }
+    first = manifest["epochs"][0]["splits"][0]["path"]
+    split = lance_io.open_table(storage.join(path, first), storage_options=storage.lance_storage_options(path, s3))
+    if "source" in split.schema.names:  # rows carry where they came from: the share of each source in an epoch
+        shares: Counter = Counter()
+        for s in manifest["epochs"][0]["splits"]:
+            t = lance_io.open_table(storage.join(path, s["path"]), storage_options=storage.lance_storage_options(path, s3))
+            shares.update(t.to_table(columns=["source"])["source"].to_pylist())
+        report["source_shares"] = {k: v / max(1, sum(shares.values())) for k, v in shares.most_common(20)}
+    src = manifest["source"]
+    try:
+        table = lance_io.open_table(src["uri"], version=src["version"], storage_options=storage.lance_storage_options(src["uri"], s3))
+        meta = lance_io.prep_metadata(table)
+        report["table_kind"], report["tokenizer"] = meta.get("kind"), meta.get("tokenizer")
+    except PrepError as exc:
+        report["source_note"] = str(exc)
+        meta = {}
+    if rows:
+        head = split.head(rows).to_pylist()
+        if "input_ids" in split.schema.names:
+            report["samples"] = decode_rows(head, (meta.get("tokenizer") or {}).get("name"))
+        else:
+            report["samples"] = [{"id": int(r["id"]), "label": r.get("label")} for r in head]
+    return report
+
+
+# --- words -----------------------------------------------------------------------------------------
+
+def to_json(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` without the arrays kept for plots (lengths, pixels)."""
+    out = {k: v for k, v in report.items() if k not in ("lengths", "gallery")}
+    if "samples" in out:
+        out["samples"] = [{k: v for k, v in s.items() if k != "pixels"} for s in out["samples"]]
+    if "rejects" in out and isinstance(out["rejects"], dict):
+        out["rejects"] = to_json(out["rejects"]) if "kind" in out["rejects"] else out["rejects"]
+    return out
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The human report: one block per part, the figures first."""
+    if r["kind"] == "rejects":
+        return "\n".join([f"{r['path']}: rejects of {r['of']}", *_reasons(r)])
+    if r["kind"] == "materialized":
+        return _format_materialized(r)
+    lines = [f"{r['path']}: prepared {r['table_kind']} table, version {r['version']}, {r['num_rows']:,} rows",
+             "  schema: " + ", ".join(f"{k} {v}" for k, v in r["schema"].items())]
+    if "length" in r:
+        L, trained = r["length"], r.get("tokens_trained")
+        share = f" ({trained:,} trained on, {trained / max(1, r['tokens']):.1%})" if trained is not None else ""
+        lines += [f"  tokens: {r['tokens']:,}{share}; tokenizer {(r['tokenizer'] or {}).get('name')}",
+                  f"  length: min {L['min']}, " + ", ".join(f"p{q} {L[f'p{q}']:g}" for q in PERCENTILES) + f", max {L['max']}"]
+    if "labels" in r:
+        lines.append(f"  images: {r['image']}; labels " + ", ".join(f"{k} {v:,}" for k, v in r["labels"].items()))
+    c = r["counts"]
+    lines.append(f"  counts: read {c.get('rows_read', 0):,} = written {c.get('rows_written', 0):,} + rejected "
+                 f"{c.get('rows_rejected', 0):,} (files rejected {c.get('files_rejected', 0):,}); from {r['sources']} source file(s)")
+    lines.append(f"  config: {r['config_hash'][:12] if r['config_hash'] else '?'} " + ", ".join(
+        f"{k}={v}" for k, v in sorted(r["config"].items()) if v not in (None, [], {}) and k not in ("ray",)))
+    lines.append("  versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()))
+    rej = r["rejects"]
+    if rej.get("missing"):
+        lines.append(f"  rejects: {rej['path']} is missing")
+    else:
+        lines += [f"  rejects: {rej['path']}", *("  " + line for line in _reasons(rej))]
+    lines += _samples(r.get("samples", []))
+    return "\n".join(lines)
+
+
+def _reasons(r: dict[str, Any]) -> list[str]:
+    lines = [f"  {r['num_rows']:,} rejected ({r['files_rejected']:,} whole files)"]
+    for reason, g in r["reasons"].items():
+        lines.append(f"  {g['count']:>8,}  {reason}")
+        lines += [f"            e.g. {e['source']} {e['position']}: {e['reason']} | {e['raw'][:80]!r}" for e in g["examples"]]
+    return lines
+
+
+def _samples(samples: list[dict[str, Any]]) -> list[str]:
+    """Decoded rows: masked (not trained on) runs in [[...]], trained runs as they are."""
+    if not samples:
+        return []
+    lines = ["  samples ([[...]]: masked out of the loss; the rest is trained on):" if "runs" in samples[0] else "  samples:"]
+    for s in samples:
+        if "runs" in s:
+            text = "".join(run["text"] if run["trained"] else f"[[{run['text']}]]" for run in s["runs"])
+            lines.append(f"  - id {s['id']} ({s['length']} tokens): " + text.replace("\n", "\n      "))
+        else:
+            lines.append("  - " + ", ".join(f"{k} {v}" for k, v in s.items() if k != "pixels"))
+    return lines
+
+
+def _format_materialized(r: dict[str, Any]) -> str:
+    per_split = np.array([r["rows_per_split"][e] for e in r["epochs"]])
+    plan = r["plan"]
+    lines = [
+        f"{r['path']}: materialized {len(r['epochs'])} epoch(s) {r['epochs'][0]}..{r['epochs'][-1]} x {r['num_splits']} splits, "
+        f"fingerprint {r['fingerprint']}",
+        f"  source: {r['source']['uri']} version {r['source']['version']} ({r.get('table_kind') or '?'}), "
+        f"{r['num_selected_rows']:,} rows selected",
+        "  plan: " + ", ".join(f"{k}={v}" for k, v in sorted(plan.items())),
+        f"  columns: {', '.join(r['columns'])}",
+        "  rows per epoch: " + ", ".join(f"{e}: {n:,}" for e, n in r["rows_per_epoch"].items()),
+        f"  rows per split: min {per_split.min():,}, max {per_split.max():,} (a step takes the same rows of every split; "
+        "the rest of a split past the last full step is dropped for that epoch)",
+        "  versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()),
+    ]
+    if r.get("source_note"):
+        lines.append(f"  note: {r['source_note']}")
+    if r.get("source_shares"):
+        lines.append("  sources (epoch 0): " + ", ".join(f"{k} {v:.1%}" for k, v in r["source_shares"].items()))
+    return "\n".join(lines + _samples(r.get("samples", [])))
