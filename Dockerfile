@@ -1,18 +1,59 @@
-# prep on a Ray node: the same environment the README's commands build, in an image.
-# Build: docker build -t prep .      Run a head: docker run --rm -p 8265:8265 prep ray start --head --block --dashboard-host=0.0.0.0
-FROM python:3.11-slim
+# syntax=docker/dockerfile:1
+# prep on a Ray cluster: one image for the head, the prepare workers and the trainers that read.
+#
+# Based on the official Ray image (Ray's expected layout: user `ray`, its Python on PATH, `ray start`),
+# at the Ray version prep pins. Two variants, chosen by build arguments:
+#
+#   CPU (prepare workers, the head; torch without CUDA, about 2 GB smaller):
+#     docker build -t prep:cpu .
+#   CUDA (trainers reading with prep.reader on GPUs):
+#     docker build -t prep:cu128 --build-arg RAY_IMAGE=rayproject/ray:2.60.0-py311-cu128 \
+#         --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 .
+#
+# Ray 2.60 turns token authentication on: every node (and `ray job submit`) needs the same token,
+# passed at run time (never baked into the image).
+#   export RAY_AUTH_TOKEN=$(python -c 'import secrets; print(secrets.token_hex(32))')   # once, kept secret
+# Head:
+#   docker run -d --name prep-head --shm-size=8g -p 6379:6379 -p 8265:8265 \
+#       -e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN prep:cpu \
+#       ray start --head --port=6379 --dashboard-host=0.0.0.0 --block
+# Worker (on each node):
+#   docker run -d --shm-size=8g -e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN prep:cpu \
+#       ray start --address=HEAD_IP:6379 --block
+# Submit a job (from any machine with this repo and the token):
+#   RAY_AUTH_MODE=token RAY_AUTH_TOKEN=... ray job submit --address http://HEAD_IP:8265 --working-dir . -- \
+#       python pipelines/pretokenize.py --config configs/gsm8k-sft.yaml --input s3://... --output s3://...
+#
+# /dev/shm: Ray's object store lives there and Docker's default is 64 MB, so pass --shm-size
+# (about 30% of the node's memory; Ray falls back to slow disk spilling and warns when it is too small).
+# Readers in DataLoader worker processes share batches through /dev/shm as well.
 
-ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 TOKENIZERS_PARALLELISM=false RAY_DISABLE_USAGE_STATS=1
-WORKDIR /opt/prep
+ARG RAY_IMAGE=rayproject/ray:2.60.0-py311-cpu
+FROM ${RAY_IMAGE}
 
-# Dependencies first (cached layer), then the code.
-COPY pyproject.toml README.md ./
-COPY prep/__init__.py prep/__init__.py
-RUN pip install --upgrade pip && pip install -e .
+# CPU wheels by default; the CUDA variant passes its wheel index (see above).
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 
-COPY prep prep
-COPY pipelines pipelines
-COPY configs configs
-COPY examples examples
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    RAY_DISABLE_USAGE_STATS=1
+
+WORKDIR /home/ray/prep
+
+# torch first, from the variant's index, at the versions pyproject.toml pins; then prep's other
+# pinned dependencies (a cached layer: code changes below do not reinstall them).
+RUN pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.14.1 torchvision==0.29.1
+COPY --chown=1000:100 pyproject.toml README.md ./
+COPY --chown=1000:100 prep/__init__.py prep/__init__.py
+RUN pip install --no-cache-dir -e .
+
+COPY --chown=1000:100 prep prep
+COPY --chown=1000:100 pipelines pipelines
+COPY --chown=1000:100 configs configs
+COPY --chown=1000:100 examples examples
+
+# The Ray image's own non-root user (ray, uid 1000, group users).
+USER 1000:100
 
 CMD ["prep", "--help"]

@@ -98,7 +98,7 @@ def run_bench(path: str, *, global_batch_size: int, rank: int | None = None, wor
             if elapsed >= next_sample:
                 samples.append(Sample.of(now, elapsed))
                 if on_status is not None:
-                    on_status(ds.status_line())
+                    on_status(f"{elapsed:.1f}/{seconds:g}s | {ds.status_line()}")
                 next_sample = elapsed + sample_every
             if elapsed >= seconds:
                 break
