@@ -96,7 +96,7 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     executor = executor_for(cfg)
     ray_seconds = start_ray(cfg) if executor == "ray" else 0.0
     t_run = time.perf_counter()
-    with Bar(len(plan.chunks), f"{job.name} {cfg.output}", unit="chunk") as bar:
+    with Bar(len(plan.chunks), f"{job.name} {cfg.output.rstrip('/').rsplit('/', 1)[-1]}", unit="chunk") as bar:
         results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
                              on_result=_advance(bar, t_run))
