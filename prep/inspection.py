@@ -30,6 +30,7 @@ Kind = Literal["table", "rejects", "materialized"]
 PERCENTILES = (50, 90, 99)
 _EXAMPLES_PER_REASON = 2
 _GALLERY = 16  # sample images kept for the plot
+_MAX_SOURCES = 20  # more distinct values in a `source` column are files, not the parts of a mixture
 
 
 def kind_of(path: str, s3: storage.S3Options | None = None) -> tuple[Kind, lance.LanceDataset | None]:
@@ -217,7 +218,8 @@ def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[st
         for s in manifest["epochs"][0]["splits"]:
             t = lance_io.open_table(storage.join(path, s["path"]), storage_options=storage.lance_storage_options(path, s3))
             shares.update(t.to_table(columns=["source"])["source"].to_pylist())
-        report["source_shares"] = {k: v / max(1, sum(shares.values())) for k, v in shares.most_common(20)}
+        if len(shares) <= _MAX_SOURCES:  # a mixture of a few sources, not one source per row (image files)
+            report["source_shares"] = {k: v / max(1, sum(shares.values())) for k, v in shares.most_common()}
     src = manifest["source"]
     try:
         table = lance_io.open_table(src["uri"], version=src["version"], storage_options=storage.lance_storage_options(src["uri"], s3))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -85,6 +86,13 @@ def test_bench_cli_prints_json_and_plots(out, tmp_path, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["verdict"]["stage"] in KNOBS and r["steps"] > 0 and r["samples"][-1]["consumed_rows"] == r["steps"] * 8
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_reads_a_prepared_table_through_an_on_the_fly_plan(out, capsys):
+    table = str(Path(out).parent / "t.lance")
+    assert main(["bench", table, "--global-batch-size", "8", "--splits", "4", "--seconds", "0.3", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["path"] == table and r["steps"] > 0 and r["local_batch_size"] == 8
 
 
 @pytest.mark.parametrize(

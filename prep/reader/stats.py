@@ -86,7 +86,8 @@ KNOBS: dict[Stage, str] = {
     "remote-io": "copy the rank's splits to local disk first (`prep prewarm`), or raise read_bytes (fewer, larger "
                  "requests) and raw_chunks (more reads in flight)",
     "local-io": "raise read_bytes (larger sequential reads) and raw_chunks (reads queued ahead), put the splits on faster "
-                "disk, or materialize only the columns you train on (--columns)",
+                "disk, or materialize only the columns you train on (--columns); a prepared table read directly "
+                "(plan=...) is read by random takes: materialize it for sequential reads",
     "collate": "raise batch_threads (threads building batches) and prefetch_batches (batches built ahead)",
     "transform": "raise transform_threads, or move that work into the prepare job so it runs once, offline",
 }
