@@ -265,8 +265,9 @@ def format_report(r: dict[str, Any]) -> str:
     if "labels" in r:
         lines.append(f"  images: {r['image']}; labels " + ", ".join(f"{k} {v:,}" for k, v in r["labels"].items()))
     c = r["counts"]
-    lines.append(f"  counts: read {c.get('rows_read', 0):,} = written {c.get('rows_written', 0):,} + rejected "
-                 f"{c.get('rows_rejected', 0):,} (files rejected {c.get('files_rejected', 0):,}); from {r['sources']} source file(s)")
+    lines.append(f"  counts: read {c.get('rows_read', 0):,} = accepted {c.get('rows_accepted', 0):,} + rejected "
+                 f"{c.get('rows_rejected', 0):,}; {c.get('rows_written', 0):,} rows written; files rejected "
+                 f"{c.get('files_rejected', 0):,} of {r['sources']} source file(s)")
     lines.append(f"  config: {r['config_hash'][:12] if r['config_hash'] else '?'} " + ", ".join(
         f"{k}={v}" for k, v in sorted(r["config"].items()) if v not in (None, [], {}) and k not in ("ray",)))
     lines.append("  versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()))
