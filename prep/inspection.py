@@ -24,7 +24,7 @@ from prep.errors import PrepError
 from prep.materialize.layout import JOB_FILE, MANIFEST, read_manifest
 from prep.prepare.driver import TABLE_FORMAT
 
-__all__ = ["Kind", "kind_of", "inspect_path", "decode_rows", "reason_group", "format_report", "to_json", "PERCENTILES"]
+__all__ = ["Kind", "is_materialized", "open_prepared", "inspect_path", "decode_rows", "reason_group", "format_report", "to_json", "PERCENTILES"]
 
 Kind = Literal["table", "rejects", "materialized"]
 PERCENTILES = (50, 90, 99)
@@ -33,16 +33,20 @@ _GALLERY = 16  # sample images kept for the plot
 _MAX_SOURCES = 20  # more distinct values in a `source` column are files, not the parts of a mixture
 
 
-def kind_of(path: str, s3: storage.S3Options | None = None) -> tuple[Kind, lance.LanceDataset | None]:
-    """What ``path`` is (and its opened Lance table, if it is one).
+def is_materialized(path: str, s3: storage.S3Options | None = None) -> bool:
+    """Whether ``path`` is (or was started as) an output of ``prep materialize-shuffle``."""
+    if storage.exists(storage.join(path, MANIFEST), s3):
+        return True
+    return storage.exists(storage.join(path, JOB_FILE), s3) and not storage.exists(storage.join(path, "_versions"), s3)
+
+
+def open_prepared(path: str, s3: storage.S3Options | None = None) -> tuple[Kind, lance.LanceDataset]:
+    """A table prep wrote (``"table"`` or ``"rejects"``), opened.
 
     Raises:
-        PrepError: it is neither a materialized output nor a Lance table prep wrote, or
-            a prep newer than this one wrote it.
+        PrepError: ``path`` is not a Lance table, is one prep did not write, or a prep
+            newer than this one wrote it.
     """
-    if storage.exists(storage.join(path, MANIFEST), s3) or storage.exists(storage.join(path, JOB_FILE), s3) \
-            and not storage.exists(storage.join(path, "_versions"), s3):
-        return "materialized", None
     if not storage.exists(storage.join(path, "_versions"), s3):
         what = "does not exist" if not storage.exists(path, s3) else "is not a Lance table or a materialized output"
         raise PrepError(f"{path} {what}: `prep inspect` takes a table from `prep pretokenize`/`prep decode-images`, "
@@ -74,10 +78,10 @@ def reason_group(reason: str) -> str:
 
 def inspect_path(path: str, *, rows: int = 0, s3: storage.S3Options | None = None) -> dict[str, Any]:
     """The report for ``path`` (``rows``: how many sample rows to decode), as a JSON-ready dict."""
-    kind, ds = kind_of(path, s3)
-    if kind == "materialized":
+    if is_materialized(path, s3):
         return _materialized(path, rows, s3)
-    report = _table(path, ds, rows, s3) if kind == "table" else _rejects(path, ds, rows)  # type: ignore[arg-type]
+    kind, ds = open_prepared(path, s3)
+    report = _table(path, ds, rows, s3) if kind == "table" else _rejects(path, ds, rows)
     return {"kind": kind, "path": path, **report}
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import prep
-from prep.cli import build_parser, main
+from prep.cli import build_parser, commands, main
 from prep.cli.reference import markdown
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def test_every_command_says_what_it_does_with_one_example():
     parser = build_parser()
     top = parser.format_help()
     assert "three stages" in top and "module" not in top  # the tool, not the code's layout
-    sub = {name: p for a in parser._actions for name, p in (getattr(a, "choices", None) or {}).items()}
+    sub = commands(parser)
     assert sorted(sub) == sorted(COMMANDS)
     for name in COMMANDS:
         text = sub[name].format_help()

@@ -19,7 +19,7 @@ import prep
 from prep import logs
 from prep.cli.exits import OneLineParser, epilog, fail
 
-__all__ = ["main", "build_parser", "DESCRIPTION"]
+__all__ = ["main", "build_parser", "commands", "DESCRIPTION"]
 
 DESCRIPTION = """\
 Get training data onto accelerators without wasting GPU time, in three stages:
@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.epilog = textwrap.fill(epilog(mismatch=name == "verify"), width=100)
         command.set_defaults(command_parser=command)
     return parser
+
+
+def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """``{name: parser}`` of every command, in the order ``prep --help`` lists them."""
+    return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from prep.cli import build_parser
+from prep.cli import build_parser, commands
 
 __all__ = ["markdown", "WIDTH"]
 
@@ -32,11 +32,10 @@ def _help(parser: argparse.ArgumentParser) -> str:
 def markdown() -> str:
     """The CLI reference: ``prep --help``, then each command's ``--help``, in the order ``prep --help`` lists them."""
     parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     parts = ["# CLI reference", "",
              "Generated from the CLI by `python -m prep.cli.reference > docs/cli.md`; a test fails when it drifts.", "",
              "```text", _help(parser), "```"]
-    for name, command in sub.choices.items():
+    for name, command in commands(parser).items():
         parts += ["", f"## prep {name}", "", "```text", _help(command), "```"]
     return "\n".join(parts) + "\n"
 
