@@ -41,7 +41,7 @@ class Sample:
 
 @dataclass
 class BenchResult:
-    """What a bench run measured; ``verdict`` covers the whole run after the first batch; ``passes`` over the data."""
+    """What a bench run measured; ``verdict`` covers the run after each pass's first batch; ``passes`` over the data."""
 
     path: str
     rank: int
@@ -84,17 +84,17 @@ def run_bench(path: str, *, global_batch_size: int, rank: int | None = None, wor
         raise PrepError(f"consumer_ms={consumer_ms} must be >= 0, seconds={seconds} and sample_every={sample_every} > 0")
     ds = ReaderDataset(path, global_batch_size=global_batch_size, rank=rank, world_size=world_size, **reader)
     samples: list[Sample] = []
-    steps, passes, done, base, next_sample = 0, 0, StatsSnapshot(), None, 0.0
+    steps, passes, done, startup, next_sample = 0, 0, StatsSnapshot(), StatsSnapshot(), 0.0
     t0 = time.perf_counter()  # the real clock: a new pass's start-up counts against throughput, as an epoch's does
     while True:
         pass_steps, it = 0, iter(ds)
         for _ in it:
             steps, pass_steps = steps + 1, pass_steps + 1
+            if pass_steps == 1:  # each pass's start-up is reported apart (time to first batch), not in the verdict
+                startup = _plus(startup, ds.stats())
             if consumer_ms:
                 time.sleep(consumer_ms / 1000)
             now, elapsed = _plus(done, ds.stats()), time.perf_counter() - t0
-            if base is None:
-                base = now  # start-up is reported apart, as time to first batch
             if elapsed >= next_sample:
                 samples.append(Sample.of(now, elapsed))
                 if on_status is not None:
@@ -109,7 +109,7 @@ def run_bench(path: str, *, global_batch_size: int, rank: int | None = None, wor
             break
     wall = time.perf_counter() - t0
     samples.append(Sample.of(done, wall))
-    verdict = diagnose(base or StatsSnapshot(), done, remote=storage.is_remote(path))
+    verdict = diagnose(startup, done, remote=storage.is_remote(path))
     return BenchResult(path=path, rank=ds.rank, world_size=ds.world_size, global_batch_size=global_batch_size,
                        local_batch_size=ds.local_batch_size, consumer_ms=consumer_ms, steps=steps, passes=passes,
                        seconds=round(wall, 3), rows_per_s=round(done.consumed_rows / wall, 1),

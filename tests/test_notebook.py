@@ -31,7 +31,7 @@ def test_the_quickstart_notebook_runs_end_to_end(tmp_path, monkeypatch):
     assert "rows: read 201 = written 200 + rejected 1" in text
     assert "[[" in text and "]]" in text  # a decoded row marks its masked prompt
     assert "resumed at epoch" in text and "the same batch as the uninterrupted run" in text
-    assert "bound by: consumer" in text  # a 5 ms step on 200 short rows: the reader keeps up
+    assert "bound by: consumer" in text  # a 20 ms step on 200 short rows: the reader keeps up
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
     assert len(images) >= 3  # the table, the materialized output and the bench plots
     for name in ("demo-sft.png", "demo-epochs.png", "bench.png"):
