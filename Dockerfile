@@ -39,6 +39,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     RAY_DISABLE_USAGE_STATS=1
 
+# Everything below runs as the Ray image's own non-root user (ray, uid 1000, group users), which owns
+# its Python environment; the app directory is made by that user, so `pip install -e .` can write there.
+USER 1000:100
+RUN mkdir -p /home/ray/prep
 WORKDIR /home/ray/prep
 
 # torch first, from the variant's index, at the versions pyproject.toml pins; then prep's other
@@ -52,8 +56,5 @@ COPY --chown=1000:100 prep prep
 COPY --chown=1000:100 pipelines pipelines
 COPY --chown=1000:100 configs configs
 COPY --chown=1000:100 examples examples
-
-# The Ray image's own non-root user (ray, uid 1000, group users).
-USER 1000:100
 
 CMD ["prep", "--help"]
