@@ -38,10 +38,10 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _names(value: Any, key: str, where: str) -> tuple[str, ...]:
+def _names(value: Any, key: str) -> tuple[str, ...]:
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v for v in value):
         return tuple(value)
-    raise PrepError(f"{where}.{key}={value!r} must be a list of column names")
+    raise PrepError(f"plan.{key}={value!r} must be a list of column names")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,18 +78,19 @@ class PlanSpec:
         if not isinstance(self.strategy, str):
             raise PrepError(f"plan.strategy={self.strategy!r} must be one of {sorted(STRATEGIES)}")
         validate(num_rows=0, num_splits=self.num_splits, strategy=self.strategy, seed=self.seed, clump=self.clump)
-        object.__setattr__(self, "hash_columns", _names(self.hash_columns, "hash_columns", "plan"))
+        object.__setattr__(self, "hash_columns", _names(self.hash_columns, "hash_columns"))
         if self.strategy == "hash" and not self.hash_columns:
             raise PrepError("plan.hash_columns must name at least one column for strategy hash")
         if self.filter is not None and not (isinstance(self.filter, str) and self.filter.strip()):
             raise PrepError(f"plan.filter={self.filter!r} must be a non-empty Lance SQL string or null")
         if self.columns is not None:
-            object.__setattr__(self, "columns", _names(self.columns, "columns", "plan") or None)
+            object.__setattr__(self, "columns", _names(self.columns, "columns") or None)
         if self.mixture is not None:
             raise PrepError("plan.mixture: mixtures are not supported by this prep version yet")
 
     def to_json(self) -> dict[str, Any]:
-        """The manifest's ``plan`` block (lists, not tuples; ``mixture`` only when set)."""
+        """The manifest's ``plan`` block (lists, not tuples). ``mixture`` is left out while it
+        is ``None``, so a single-table plan has the fingerprint it had before the field existed."""
         return {
             "num_splits": self.num_splits, "strategy": self.strategy, "hash_columns": list(self.hash_columns),
             "clump": self.clump, "seed": self.seed, "filter": self.filter,
