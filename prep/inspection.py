@@ -21,8 +21,9 @@ import pyarrow.compute as pc
 import prep
 from prep import lance_io, storage
 from prep.errors import PrepError
-from prep.materialize.layout import JOB_FILE, MANIFEST, read_manifest
-from prep.prepare.driver import TABLE_FORMAT
+from prep.lance_io import TABLE_FORMAT
+from prep.manifest import MANIFEST, Manifest, read_manifest
+from prep.outputs import MARKER
 
 __all__ = ["Kind", "is_materialized", "open_prepared", "inspect_path", "decode_rows", "reason_group", "format_report", "to_json", "PERCENTILES"]
 
@@ -37,7 +38,7 @@ def is_materialized(path: str, s3: storage.S3Options | None = None) -> bool:
     """Whether ``path`` is (or was started as) an output of ``prep materialize-shuffle``."""
     if storage.exists(storage.join(path, MANIFEST), s3):
         return True
-    return storage.exists(storage.join(path, JOB_FILE), s3) and not storage.exists(storage.join(path, "_versions"), s3)
+    return storage.exists(storage.join(path, MARKER), s3) and not storage.exists(storage.join(path, "_versions"), s3)
 
 
 def open_prepared(path: str, s3: storage.S3Options | None = None) -> tuple[Kind, lance.LanceDataset]:
@@ -200,45 +201,49 @@ def _rejects(path: str, ds: lance.LanceDataset, rows: int) -> dict[str, Any]:
 
 def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[str, Any]:
     manifest = read_manifest(path, s3)
-    missing = [s["path"] for e in manifest["epochs"] for s in e["splits"]
-               if not storage.exists(storage.join(path, s["path"], "_versions"), s3)]
+    missing = [f.path for e in manifest.epochs for f in e.splits if not storage.exists(storage.join(path, f.path, "_versions"), s3)]
     if missing:
         raise PrepError(f"{path}: {len(missing)} split(s) listed in {MANIFEST} are missing, first {storage.join(path, missing[0])}; "
                         f"rerun `prep materialize-shuffle` with the same arguments to rewrite them (or `prep verify {path}`)")
-    per_epoch = {e["epoch"]: [s["num_rows"] for s in e["splits"]] for e in manifest["epochs"]}
+    per_epoch = {e.epoch: [f.num_rows for f in e.splits] for e in manifest.epochs}
+    meta = manifest.source.metadata
     report: dict[str, Any] = {
         "kind": "materialized", "path": path,
-        "fingerprint": manifest["fingerprint"], "source": manifest["source"], "plan": manifest["plan"],
-        "columns": manifest["columns"], "num_selected_rows": manifest["num_selected_rows"],
-        "epochs": sorted(per_epoch), "num_splits": manifest["plan"]["num_splits"],
+        "fingerprint": manifest.fingerprint,
+        "source": {"uri": manifest.source.uri, "version": manifest.source.version, "num_rows": manifest.source.num_rows},
+        "plan": manifest.plan.to_json(), "columns": list(manifest.columns), "num_selected_rows": manifest.num_selected_rows,
+        "epochs": sorted(per_epoch), "num_splits": manifest.plan.num_splits,
         "rows_per_epoch": {e: sum(r) for e, r in per_epoch.items()},
         "rows_per_split": per_epoch,
-        "versions": {"this_prep": prep.__version__, "pylance": dist.version("pylance")},
+        "table_kind": meta.get("kind"), "tokenizer": meta.get("tokenizer"),
+        "versions": {"written_by_prep": manifest.prep_version, "this_prep": prep.__version__, "pylance": dist.version("pylance")},
     }
-    first = manifest["epochs"][0]["splits"][0]["path"]
-    split = lance_io.open_table(storage.join(path, first), storage_options=storage.lance_storage_options(path, s3))
-    if "source" in split.schema.names:  # rows carry where they came from: the share of each source in an epoch
-        shares: Counter = Counter()
-        for s in manifest["epochs"][0]["splits"]:
-            t = lance_io.open_table(storage.join(path, s["path"]), storage_options=storage.lance_storage_options(path, s3))
-            shares.update(t.to_table(columns=["source"])["source"].to_pylist())
-        if len(shares) <= _MAX_SOURCES:  # a mixture of a few sources, not one source per row (image files)
-            report["source_shares"] = {k: v / max(1, sum(shares.values())) for k, v in shares.most_common()}
-    src = manifest["source"]
-    try:
-        table = lance_io.open_table(src["uri"], version=src["version"], storage_options=storage.lance_storage_options(src["uri"], s3))
-        meta = lance_io.prep_metadata(table)
-        report["table_kind"], report["tokenizer"] = meta.get("kind"), meta.get("tokenizer")
-    except PrepError as exc:
-        report["source_note"] = str(exc)
-        meta = {}
+    shares = _source_shares(path, manifest, s3)
+    if shares is not None:
+        report["source_shares"] = shares
     if rows:
+        first = manifest.epochs[0].splits[0].path
+        split = lance_io.open_table(storage.join(path, first), storage_options=storage.lance_storage_options(path, s3))
         head = split.head(rows).to_pylist()
         if "input_ids" in split.schema.names:
             report["samples"] = decode_rows(head, (meta.get("tokenizer") or {}).get("name"))
         else:
             report["samples"] = [{"id": int(r["id"]), "label": r.get("label")} for r in head]
     return report
+
+
+def _source_shares(path: str, manifest: Manifest, s3: storage.S3Options | None) -> dict[str, float] | None:
+    """Each source's share of the first epoch, when rows carry a ``source`` column naming a few sources (a mixture)."""
+    if "source" not in manifest.columns:
+        return None
+    shares: Counter = Counter()
+    for f in manifest.epochs[0].splits:
+        t = lance_io.open_table(storage.join(path, f.path), storage_options=storage.lance_storage_options(path, s3))
+        shares.update(t.to_table(columns=["source"])["source"].to_pylist())
+    if len(shares) > _MAX_SOURCES:  # one source per row (image files), not the parts of a mixture
+        return None
+    total = max(1, sum(shares.values()))
+    return {k: v / total for k, v in shares.most_common()}
 
 
 # --- words -----------------------------------------------------------------------------------------
@@ -321,8 +326,6 @@ def _format_materialized(r: dict[str, Any]) -> str:
         "the rest of a split past the last full step is dropped for that epoch)",
         "  versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()),
     ]
-    if r.get("source_note"):
-        lines.append(f"  note: {r['source_note']}")
     if r.get("source_shares"):
         lines.append("  sources (epoch 0): " + ", ".join(f"{k} {v:.1%}" for k, v in r["source_shares"].items()))
     return "\n".join(lines + _samples(r.get("samples", [])))

@@ -148,3 +148,14 @@ def test_a_materialized_output_missing_a_split_is_one_line(prepared, capsys, tmp
     _one_line(capsys, ["inspect", out], "epoch-00001/split-00002.lance", "missing", "prep materialize-shuffle")
     Path(out, "manifest.json").unlink()
     _one_line(capsys, ["inspect", out], "manifest.json", "has not finished")
+
+
+def test_a_materialized_mixture_shows_each_sources_share(capsys, tmp_path):
+    import pyarrow as pa
+
+    table = rf.gsm8k_sft(40)
+    table = table.append_column("source", pa.array(["math"] * 30 + ["chat"] * 10))
+    rf.write_table(str(tmp_path / "mix.lance"), table, rf.sft_metadata(40, int(pa.compute.sum(table["length"]).as_py())))
+    materialize_shuffle(table=str(tmp_path / "mix.lance"), output=str(tmp_path / "out"), epochs=1, splits=4)
+    code, out, _ = prep(capsys, "inspect", str(tmp_path / "out"), "--json")
+    assert code == 0 and json.loads(out)["source_shares"] == {"math": 0.75, "chat": 0.25}
