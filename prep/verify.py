@@ -26,6 +26,7 @@ from prep.manifest import read_manifest
 from prep.materialize.job import job_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
+from prep.progress import Bar
 
 __all__ = ["Report", "verify"]
 
@@ -114,11 +115,13 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
     source_ids = selected_ids(job, source) if has_ids else None  # 8 bytes a selected row
     source_sums = _id_sums(source_ids) if has_ids else None
     report.splits = p.num_splits
+    bar = Bar(len(manifest.epochs) * p.num_splits, f"verify {len(manifest.epochs)} epochs x {p.num_splits} splits", unit="split")
     for entry in manifest.epochs:
         report.epochs += 1
         sums = np.zeros(3, dtype=np.uint64)
         total = 0
         for sp in entry.splits:
+            bar.update()
             where = f"epoch {entry.epoch} split {sp.split}"
             uri = storage.join(path, sp.path)
             planned = plan.split_size(split=sp.split, hash_keys=keys, **job.split_kwargs())
@@ -150,4 +153,5 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
             report.problems.append(f"epoch {entry.epoch}: {total} rows, {manifest.num_selected_rows} selected rows expected")
         if has_ids and not np.array_equal(sums, source_sums):
             report.problems.append(f"epoch {entry.epoch}: the set of ids is not the selected rows exactly once")
+    bar.close()
     return report

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -46,9 +46,11 @@ def _groups(num_splits: int, total_bytes: int) -> list[range]:
     return [range(a, min(a + per, num_splits)) for a in range(0, num_splits, per)]
 
 
-def _run_all(pool: ThreadPoolExecutor, calls: list[tuple[str, Any, tuple]]) -> list[dict]:
-    """Runs ``(where, fn, args)`` calls on ``pool``; the first error is raised as soon as it happens."""
+def _run_all(pool: ThreadPoolExecutor, calls: list[tuple[str, Any, tuple]], on_done: Callable[[], None]) -> list[dict]:
+    """Runs ``(where, fn, args)`` calls on ``pool`` (``on_done`` after each); the first error is raised as soon as it happens."""
     futures = [pool.submit(_run_task, fn, where, *args) for where, fn, args in calls]
+    for future in futures:
+        future.add_done_callback(lambda _: on_done())
     finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
     failed = [f for f in futures if f in finished and f.exception() is not None]
     if failed:
@@ -57,7 +59,7 @@ def _run_all(pool: ThreadPoolExecutor, calls: list[tuple[str, Any, tuple]]) -> l
 
 
 def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.ndarray | None, *,
-              num_cpus: int | None) -> list[dict]:
+              num_cpus: int | None, on_done: Callable[[], None] = lambda: None) -> list[dict]:
     """Writes the (epoch, split) pairs in ``todo`` on threads of this process; returns their done records.
 
     Args:
@@ -66,6 +68,7 @@ def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.
         todo (list[tuple[int, int]]): (epoch, split) pairs to write.
         hash_keys (np.ndarray | None): one key per selected row (``hash`` strategy), else None.
         num_cpus (int | None): threads (default: the CPUs of this machine).
+        on_done (Callable[[], None]): called as each split is written (the progress bar).
 
     Raises:
         PrepError: the first task that failed, with where it happened.
@@ -76,7 +79,7 @@ def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.
     pool = ThreadPoolExecutor(num_cpus or os.cpu_count() or 1, thread_name_prefix="prep-materialize")
     try:
         if total > HOLD_BYTES and not reads_scattered(job.plan):
-            return _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys)) for e, s in todo])
+            return _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys)) for e, s in todo], on_done)
         chunk_rows = max(job.read_rows, _READ_BYTES // row_bytes)
         for group in _groups(job.plan.num_splits, total):
             mine = [(e, s) for e, s in todo if s in group]
@@ -84,7 +87,8 @@ def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.
                 continue
             where = f"reading the rows of splits {group.start}..{group.stop - 1}"
             held = _run_task(hold_splits, where, job, group, hash_keys, chunk_rows)
-            records += _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys, held)) for e, s in mine])
+            records += _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys, held)) for e, s in mine],
+                                on_done)
             del held
         return records
     finally:  # an error or Ctrl-C: tasks not started are dropped, the running ones finish their split

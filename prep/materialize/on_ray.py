@@ -33,8 +33,13 @@ def _released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
         pa.default_memory_pool().release_unused()
 
 
+def _counted(record: dict, on_done: Callable[[], None]) -> dict:
+    on_done()
+    return record
+
+
 def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.ndarray | None, *,
-               address: str | None, num_cpus: int | None) -> list[dict]:
+               address: str | None, num_cpus: int | None, on_done: Callable[[], None] = lambda: None) -> list[dict]:
     """Writes the (epoch, split) pairs in ``todo`` on Ray; returns their done records.
 
     Args:
@@ -44,6 +49,7 @@ def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np
         hash_keys (np.ndarray | None): one key per selected row (``hash`` strategy), else None.
         address (str | None): cluster to join (default ``RAY_ADDRESS``, else a local Ray).
         num_cpus (int | None): CPUs of a local Ray (default: all).
+        on_done (Callable[[], None]): called as each split's record arrives, in order (the progress bar).
 
     Raises:
         PrepError: the first task that failed, with where it happened.
@@ -59,7 +65,7 @@ def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np
     else:
         refs = [remote.remote(_write_split, f"epoch {e} split {s}", job, e, s, hash_ref) for e, s in todo]
     try:
-        return [ray.get(ref) for ref in refs]
+        return [_counted(ray.get(ref), on_done) for ref in refs]
     except ray.exceptions.RayTaskError as exc:
         for ref in refs:
             ray.cancel(ref)

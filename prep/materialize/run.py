@@ -24,6 +24,7 @@ from prep.materialize.layout import JOB_FILE, JOB_NAME, WORK, owned_entries
 from prep.materialize.local import run_local
 from prep.materialize.rows import _write_selection, hash_keys_for
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
+from prep.progress import Bar
 from prep.ray_runtime import use_ray
 
 __all__ = ["materialize_shuffle", "Executor", "EXECUTORS"]
@@ -260,12 +261,13 @@ def _run_tasks(job: Job, source: Any, run_epochs: range, *, on_ray: bool, ray_ad
         return done
     t0 = time.time()
     keys = hash_keys_for(job, source) if job.plan.strategy == "hash" else None
-    if on_ray:
-        from prep.materialize.on_ray import run_on_ray  # imports Ray: only when it is used
+    with Bar(len(todo), f"materialize {len(run_epochs)} epochs x {job.plan.num_splits} splits", unit="split") as bar:
+        if on_ray:
+            from prep.materialize.on_ray import run_on_ray  # imports Ray: only when it is used
 
-        records = run_on_ray(job, source, todo, keys, address=ray_address, num_cpus=num_cpus)
-    else:
-        records = run_local(job, source, todo, keys, num_cpus=num_cpus)
+            records = run_on_ray(job, source, todo, keys, address=ray_address, num_cpus=num_cpus, on_done=bar.update)
+        else:
+            records = run_local(job, source, todo, keys, num_cpus=num_cpus, on_done=bar.update)
     done.update({(rec["epoch"], rec["split"]): rec for rec in records})
     log.info("wrote %d splits in %.1fs", len(todo), time.time() - t0)
     return done
