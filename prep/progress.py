@@ -28,6 +28,8 @@ class Bar:
         total: units of work (None: unknown, a counter without ETA).
         desc: what is being done, e.g. ``"prepare chunks"``.
         unit: the unit's name (default ``"it"``); ``"B"`` scales to kB/MB/GB per second.
+        show: False keeps this bar off whatever :func:`enabled` says (e.g. when the command's own
+            output already shows progress on the terminal).
 
     Example:
         >>> with Bar(3, "chunks") as bar:
@@ -37,10 +39,10 @@ class Bar:
         3
     """
 
-    def __init__(self, total: int | None, desc: str, *, unit: str = "it") -> None:
+    def __init__(self, total: int | None, desc: str, *, unit: str = "it", show: bool = True) -> None:
         self.done = 0
         self._bar: Any = None
-        if enabled():
+        if show and enabled():
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", unit_divisor=1024 if unit == "B" else 1000,

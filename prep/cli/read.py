@@ -28,12 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from prep.progress import Bar
     from prep.reader import ReaderDataset
 
     ds = ReaderDataset(args.path, global_batch_size=args.global_batch_size, rank=args.rank,
                        world_size=args.world_size, epochs=[args.epoch])
     steps = 0
+    planned = ds.schedule.total if args.max_steps is None else min(ds.schedule.total, args.max_steps)
+    bar = Bar(planned, "read steps", unit="step", show=not sys.stdout.isatty())  # else the printed steps show it
     for batch in ds if args.max_steps is None or args.max_steps > 0 else ():
+        bar.update()
         ids = " ".join(str(int(i)) for i in batch.ids)
         if args.ids_only:
             print(f"{batch.step} {ids}")
@@ -43,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         steps += 1
         if steps == args.max_steps:
             break
+    bar.close()
     if not args.ids_only:
         print(f"rank {ds.rank}/{ds.world_size}: {steps} steps of {ds.local_batch_size} rows; "
               f"{ds.dropped_rows} rows of this rank's splits are beyond the last full step", file=sys.stderr)
