@@ -9,7 +9,8 @@ from conftest import REPO
 
 def pins() -> dict[str, str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    deps = project["dependencies"] + project["optional-dependencies"]["test"]
+    extras = [d for group in project["optional-dependencies"].values() for d in group]
+    deps = project["dependencies"] + [d for d in extras if not d.startswith("prep[")]  # prep[...]: the extras themselves
     return {re.split(r"[\[=]", d)[0]: d.split("==")[1] for d in deps}
 
 
