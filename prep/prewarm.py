@@ -23,10 +23,11 @@ import uuid
 from typing import Any, Sequence
 
 from prep import lance_io, storage, world
+from prep.checksum import dataset_checksum
 from prep.errors import PrepError, one_line
-from prep.materialize import MANIFEST, read_manifest, split_path
-from prep.materialize.layout import owned_entries, read_json_file
-from prep.verify import dataset_checksum
+from prep.jsonfile import read_json_file
+from prep.manifest import MANIFEST, read_manifest, split_path, write_manifest
+from prep.materialize.layout import owned_entries
 
 __all__ = ["prewarm"]
 
@@ -126,22 +127,21 @@ def prewarm(
     s3 = (s3 or storage.S3Options()).resolved()
     manifest = read_manifest(path, s3)
     rank, world_size = world.rank_and_world_size(rank, world_size)
-    splits = world.splits_for_rank(manifest["plan"]["num_splits"], rank, world_size)
-    by_epoch = {e["epoch"]: e for e in manifest["epochs"]}
+    splits = world.splits_for_rank(manifest.plan.num_splits, rank, world_size)
+    by_epoch = {e.epoch: e for e in manifest.epochs}
     wanted = list(epochs) if epochs is not None else sorted(by_epoch)
     missing = [e for e in wanted if e not in by_epoch]
     if missing:
         raise PrepError(f"epochs {missing} are not in {path} (it has {sorted(by_epoch)}); materialize them first")
     cache = os.path.abspath(cache)
-    cached_manifest = os.path.join(cache, MANIFEST)
-    _claim_cache(cache, path, manifest["fingerprint"], overwrite)
+    _claim_cache(cache, path, manifest.fingerprint, overwrite)
     summary = {"cache": cache, "rank": rank, "world_size": world_size, "splits": list(splits), "epochs": wanted,
                "copied": 0, "cached": 0, "bytes": 0}
     for e in wanted:
-        for sp in by_epoch[e]["splits"]:
-            if sp["split"] not in splits:
+        for sp in by_epoch[e].splits:
+            if sp.split not in splits:
                 continue
-            rel = split_path(e, sp["split"])
+            rel = split_path(e, sp.split)
             dest = os.path.join(cache, rel)
             marker = dest[: -len(".lance")] + ".done.json"
             if os.path.exists(marker) and os.path.isdir(dest):
@@ -149,7 +149,7 @@ def prewarm(
                     rec = storage.read_json(marker)
                 except ValueError:  # a damaged record: copy the split again
                     rec = {}
-                if rec.get("checksum") == sp["checksum"] and rec.get("fingerprint") == manifest["fingerprint"]:
+                if rec.get("checksum") == sp.checksum and rec.get("fingerprint") == manifest.fingerprint:
                     summary["cached"] += 1
                     continue
             os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -161,16 +161,16 @@ def prewarm(
                 raise PrepError(
                     f"{storage.join(path, rel)} cannot be read ({one_line(exc)}): run `prep verify {path}`"
                 ) from None
-            if rows != sp["num_rows"] or checksum != sp["checksum"]:
+            if rows != sp.num_rows or checksum != sp.checksum:
                 lance_io.remove_table(dest)
                 raise PrepError(
                     f"copy of {rel} from {path} does not match the manifest ({rows} rows, checksum {checksum[:12]}...; "
-                    f"expected {sp['num_rows']} rows, {sp['checksum'][:12]}...): run `prep verify {path}`"
+                    f"expected {sp.num_rows} rows, {sp.checksum[:12]}...): run `prep verify {path}`"
                 )
-            storage.write_json_atomic(marker, {"fingerprint": manifest["fingerprint"], "epoch": e, "split": sp["split"],
+            storage.write_json_atomic(marker, {"fingerprint": manifest.fingerprint, "epoch": e, "split": sp.split,
                                                "num_rows": rows, "checksum": checksum})
             summary["copied"] += 1
-    storage.write_json_atomic(cached_manifest, manifest)
+    write_manifest(cache, manifest)
     summary["seconds"] = time.time() - t0
     log.info("prewarm %s -> %s: %s", path, cache, summary)
     return summary
