@@ -42,7 +42,8 @@ import numpy as np
 from prep.errors import PrepError
 from prep.plan import permutation
 
-__all__ = ["Source", "EpochSequence", "batch_counts", "batch_order", "stream_rows", "token_order", "epoch_sequence"]
+__all__ = ["Source", "EpochSequence", "batch_counts", "batch_order", "stream_rows", "token_order", "epoch_sequence",
+           "split_positions"]
 
 Unit = Literal["rows", "tokens"]
 
@@ -229,3 +230,22 @@ def epoch_sequence(sources: Sequence[Source], *, global_batch: int, epoch_rows: 
         at = np.flatnonzero(source == i)
         row[at] = stream_rows(s.rows, int(taken[i]), len(at), seed=seed, source=i, clump=clump)
     return EpochSequence(source=source.astype(np.uint16), row=row, taken=np.asarray(taken, dtype=np.int64))
+
+
+def split_positions(epoch_rows: int, global_batch: int, num_splits: int, split: int) -> np.ndarray:
+    """Positions of the epoch sequence that split ``split`` holds, in its read order.
+
+    Global batch ``t`` (positions ``[t*G, (t+1)*G)``) gives split ``s`` its positions
+    ``[t*G + s*b, t*G + (s+1)*b)``, ``b = G/S``: a reader's step ``t`` (``b`` rows of every
+    split) is then global batch ``t`` whatever the world size, and a reader's global batch
+    of ``k*G`` rows is ``k`` whole mixture batches.
+
+    >>> split_positions(8, 4, 2, 1).tolist()
+    [2, 3, 6, 7]
+    """
+    if global_batch % num_splits or epoch_rows % global_batch:
+        raise PrepError(f"global batch {global_batch} must be a multiple of the {num_splits} splits, "
+                        f"and epoch_rows {epoch_rows} a multiple of it")
+    b = global_batch // num_splits
+    starts = np.arange(epoch_rows // global_batch, dtype=np.int64) * global_batch + split * b
+    return (starts[:, None] + np.arange(b, dtype=np.int64)).ravel()
