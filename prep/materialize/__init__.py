@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from prep.materialize.job import Job, job_for_manifest
 from prep.materialize.rows import hash_keys_for, read_rows, selected_ids
+from prep.materialize.mixture import materialize_mixture
 from prep.materialize.run import materialize_shuffle
 
-__all__ = ["materialize_shuffle", "Job", "job_for_manifest", "read_rows", "selected_ids", "hash_keys_for"]
+__all__ = ["materialize_shuffle", "materialize_mixture", "Job", "job_for_manifest", "read_rows", "selected_ids", "hash_keys_for"]
