@@ -63,8 +63,8 @@ class OpenSource:
         return self.dataset._take_rows(pa.array(self.addresses[rows]), columns=list(columns))
 
     def read_all(self, columns: Sequence[str]) -> pa.Table:
-        """All selected rows in order: one scan."""
-        return self.dataset.to_table(columns=list(columns), filter=self.spec.filter)
+        """All selected rows in order: one scan, into one chunk (taking rows out of a chunked table copies it whole)."""
+        return self.dataset.to_table(columns=list(columns), filter=self.spec.filter, batch_size=max(1, self.selected))
 
 
 def row_tokens(table: pa.Table | pa.RecordBatch) -> np.ndarray:
