@@ -29,6 +29,9 @@ Modules:
 - :mod:`prep.materialize.on_ray`: the Ray executor
 - :mod:`prep.materialize.gather`: the Ray executor's gather pass for small clumps
 - :mod:`prep.materialize.run`: ``materialize_shuffle``: resolve, select, run the tasks, finalize
+- :mod:`prep.materialize.mixture_file`: the mixture file (YAML) -> a plan with a mixture
+- :mod:`prep.materialize.mixture_sources`: a mixture's tables, opened, pinned and checked against each other
+- :mod:`prep.materialize.mixture`: ``materialize_mixture``: several tables by weight, exact per global batch
 """
 
 from __future__ import annotations
