@@ -23,6 +23,7 @@ from prep.manifest import Manifest
 from prep.materialize.mixture import epoch_plan
 from prep.materialize.mixture_sources import SOURCE_COLUMN, OpenSource, open_sources, row_tokens
 from prep.plan import mixture as mixplan
+from prep.plan.spec import MixtureSpec
 
 __all__ = ["Findings", "check_mixture"]
 
@@ -114,7 +115,8 @@ def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None
     return out
 
 
-def _check_batches(out: Findings, epoch: int, got: np.ndarray, seq: mixplan.EpochSequence, mix, n: int) -> None:
+def _check_batches(out: Findings, epoch: int, got: np.ndarray, seq: mixplan.EpochSequence, mix: MixtureSpec,
+                   n: int) -> None:
     """Each global batch's rows per source on disk against the plan (by rows: and against floor/ceil of ``G*w``)."""
     g = mix.global_batch
     if (got < 0).any():

@@ -102,7 +102,7 @@ def test_by_tokens_each_sources_tokens_stay_within_a_few_rows_of_its_share_at_ev
     materialize_mixture(mixture=mixture(tables, weights, by="tokens"), output=out, epochs=1, executor="local")
     ds = ReaderDataset(out, global_batch_size=G, rank=0, world_size=1)
     tokens = np.cumsum([b.source_tokens for b in ds], axis=0)  # consumed per source, at each global batch's end
-    assert tuple(tokens[-1]) == ds.stats().source_tokens
+    assert tuple(tokens[-1]) == ds.stats().source_tokens == read_manifest(out).epoch(0).source_tokens  # reader == writer
     share = np.array(list(weights.values())) / sum(weights.values())
     longest = max(int(np.max(lance.dataset(tables[n]).to_table(columns=["length"]).column("length"))) for n in weights)
     # the bound prep.plan.mixture's tests check on every prefix: (1 + sources) / 2 of the longest row
@@ -207,6 +207,11 @@ def test_tables_that_cannot_share_an_output_are_refused_naming_both(tables, tmp_
     msg = str(err.value)
     assert says in msg and tables["gsm8k"] in msg and tables[other] in msg and "\n" not in msg
     assert not os.path.exists(tmp_path / "o" / "manifest.json")
+
+
+def test_an_on_the_fly_plan_refuses_a_mixture(tables):
+    with pytest.raises(PrepError, match="a mixture is read from its materialized output"):
+        ReaderDataset(tables["gsm8k"], global_batch_size=G, rank=0, world_size=1, plan=mixture(tables, {"gsm8k": 1}))
 
 
 def test_a_source_asked_to_repeat_more_than_its_max_repeats_is_refused(tables, tmp_path):

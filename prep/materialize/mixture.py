@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
