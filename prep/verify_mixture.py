@@ -64,7 +64,8 @@ def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None
     ids = [_selected_ids(s) for s in sources] if has_ids else None
     if not has_ids:
         out.notes.append("no id column in the output: rows checked by source and count, not identity")
-    g, n, b = mix.global_batch, len(sources), mix.global_batch // p.num_splits
+    g, n = mix.global_batch, len(sources)
+    token_columns = ["length"] if "length" in manifest.columns else ["input_ids"] if "input_ids" in manifest.columns else []
     for entry in manifest.epochs:
         seq = epoch_plan(p, sources, entry.epoch)
         got_source = np.zeros(mix.epoch_rows, dtype=np.int64) - 1
@@ -76,7 +77,7 @@ def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None
             try:
                 count, checksum = dataset_checksum(uri, storage.lance_storage_options(uri, s3))
                 table = lance_io.open_table(uri, storage_options=storage.lance_storage_options(uri, s3)).to_table(
-                    columns=[c for c in ("id", SOURCE_COLUMN, "length", "input_ids") if c in manifest.columns])
+                    columns=[c for c in ("id", SOURCE_COLUMN) if c in manifest.columns] + token_columns)
             except (PrepError, OSError, ValueError) as exc:
                 out.problems.append(f"{where}: {uri} cannot be read ({one_line(exc)}): rerun materialize-shuffle")
                 continue
