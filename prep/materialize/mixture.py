@@ -187,10 +187,10 @@ def _on_ray(job: MixtureJob, calls: list[tuple], address: str | None, num_cpus: 
 
 
 def _held_bytes(job: MixtureJob) -> int:
-    """Arrow bytes of all selected rows of all sources, from a sample of each."""
+    """Arrow bytes of all selected rows of all sources, from their first rows (it only decides holding or not)."""
     total = 0
     for s in job.sources:
-        sample = s.take(np.arange(min(1000, s.selected)), job.schema.names[:-1])
+        sample = s.take(np.arange(min(256, s.selected)), job.schema.names[:-1])
         total += sample.nbytes * s.selected // max(1, sample.num_rows)
     return total
 
