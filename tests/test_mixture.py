@@ -111,6 +111,15 @@ def test_by_tokens_each_sources_tokens_stay_within_a_few_rows_of_its_share_at_ev
     assert verify(out).ok
 
 
+def test_an_epoch_size_in_tokens_becomes_whole_global_batches_of_about_that_many_tokens(tables, tmp_path):
+    base = mixture(tables, {"gsm8k": 1, "other": 1}, epoch_rows=None)
+    plan = replace(base, mixture=replace(base.mixture, epoch_tokens=40_000))
+    manifest = materialize_mixture(mixture=plan, output=str(tmp_path / "out"), epochs=1, executor="local")
+    rows, tokens = manifest.plan.mixture.epoch_rows, sum(manifest.epochs[0].source_tokens)
+    assert rows % G == 0 and sum(manifest.epochs[0].source_rows) == rows
+    assert abs(tokens - 40_000) < 0.1 * 40_000  # the mean row of this mixture, times whole global batches
+
+
 # ---------------------------------------------------------------- elasticity, resume, rerun
 
 
