@@ -303,6 +303,7 @@ def mixture_rows(work: Path, gsm8k: Path, args: argparse.Namespace) -> None:
         runs = [fresh(name, source, work / "out", 1, args.splits) for _ in range(args.runs)]
         results[name] = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "cpu_seconds")}
         results[name]["runs_seconds"] = [round(r["seconds"], 3) for r in runs]
+        results[name]["runs_cpu_seconds"] = [round(r["cpu_seconds"], 3) for r in runs]
     shutil.rmtree(work / "out", ignore_errors=True)
     print(f"{'row':22s} {'wall s':>7s} {'CPU s':>7s}  (median of {args.runs}, each in a fresh process)")
     for name, r in results.items():
