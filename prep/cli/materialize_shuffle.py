@@ -82,13 +82,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(manifest.to_json(), indent=2))
         return 0
     epochs = [e.epoch for e in manifest.epochs]
+    rows = f"{manifest.num_selected_rows:,} of {manifest.source.num_rows:,} rows selected"
     if manifest.mixture is not None:
         print(mixture_summary(manifest))
-    print(
-        f"{args.output}: epochs {epochs[0]}..{epochs[-1]} ({len(epochs)}) x {manifest.plan.num_splits} splits, "
-        f"{manifest.num_selected_rows:,} of {manifest.source.num_rows:,} rows selected, "
-        f"fingerprint {manifest.fingerprint}, {time.time() - t0:.1f}s"
-    )
+        rows = f"{manifest.num_selected_rows:,} rows an epoch from {len(manifest.mixture)} tables"
+    print(f"{args.output}: epochs {epochs[0]}..{epochs[-1]} ({len(epochs)}) x {manifest.plan.num_splits} splits, "
+          f"{rows}, fingerprint {manifest.fingerprint}, {time.time() - t0:.1f}s")
     return 0
 
 
