@@ -8,6 +8,7 @@ datasets, ``prep verify``'s report.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 import reader_fixtures as rf
+from tables import kill_midway
 from prep.checksum import dataset_checksum
 from prep.cli import main
 from prep.errors import PrepError
@@ -155,18 +157,25 @@ def test_resuming_mid_epoch_reads_what_the_uninterrupted_run_reads(tables, tmp_p
     assert all(np.array_equal(a, b) for a, b in zip(head + rest, whole))
 
 
-def test_a_killed_run_rerun_writes_the_same_output_and_ray_writes_it_too(tables, tmp_path, ray_local):
-    plan = mixture(tables, {"gsm8k": 3, "other": 1})
-    out = str(tmp_path / "out")
-    whole = materialize_mixture(mixture=plan, output=out, epochs=2, executor="local")
-    os.remove(os.path.join(out, "manifest.json"))  # as a kill leaves it: some splits done, no manifest
-    for s in (1, 3):
-        os.remove(os.path.join(out, f"epoch-00001/split-0000{s}.done.json"))
-        shutil.rmtree(os.path.join(out, f"epoch-00001/split-0000{s}.lance"))
-    assert materialize_mixture(mixture=plan, output=out, epochs=2, executor="local").to_json() == whole.to_json()
-    on_ray = materialize_mixture(mixture=plan, output=str(tmp_path / "ray"), epochs=2, executor="ray")
-    assert [e.splits for e in on_ray.epochs] == [e.splits for e in whole.epochs]
-    assert [e.source_rows for e in on_ray.epochs] == [e.source_rows for e in whole.epochs]
+def test_a_run_killed_midway_then_rerun_writes_what_an_uninterrupted_run_writes_and_so_does_ray(tables, tmp_path, ray_local):
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"weight_by: rows\nglobal_batch: 16\nsources:\n  - {{table: {tables['gsm8k']}, weight: 3}}\n"
+                   f"  - {{table: {tables['other']}, weight: 1}}\n")
+    out = tmp_path / "killed"
+    args = ["materialize-shuffle", "--mixture", str(mix), "--output", str(out), "--epochs", "3", "--splits", "16",
+            "--read-rows", "4", "--num-cpus", "1"]
+    kill_midway(args, out, env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, records=3)
+    done = glob.glob(f"{out}/epoch-*/*.done.json")
+    assert 3 <= len(done) < 48, "not killed mid-run"
+    assert not (out / "manifest.json").exists()
+    survivors = {p: os.stat(p).st_mtime_ns for p in done}
+    resumed = materialize_mixture(mixture=mix, output=str(out), epochs=3, splits=16, executor="local")
+    assert {p: os.stat(p).st_mtime_ns for p in survivors} == survivors  # finished, not redone
+    clean = materialize_mixture(mixture=mix, output=str(tmp_path / "clean"), epochs=3, splits=16, executor="local")
+    assert resumed.to_json() == clean.to_json()
+    on_ray = materialize_mixture(mixture=mix, output=str(tmp_path / "ray"), epochs=3, splits=16, executor="ray")
+    assert [e.splits for e in on_ray.epochs] == [e.splits for e in clean.epochs]
+    assert [e.source_tokens for e in on_ray.epochs] == [e.source_tokens for e in clean.epochs]
 
 
 def test_taking_rows_from_the_tables_writes_what_holding_them_writes(tables, tmp_path, monkeypatch):
