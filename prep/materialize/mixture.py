@@ -41,7 +41,6 @@ from prep.materialize.held import Held
 from prep.materialize.job import DEFAULT_LANCE_FORMAT
 from prep.materialize.layout import JOB_FILE, JOB_NAME
 from prep.materialize.local import HOLD_BYTES, run_all
-from prep.materialize.mixture_file import load_mixture
 from prep.materialize.mixture_sources import (SOURCE_COLUMN, OpenSource, check_repeats, epoch_rows_for, open_sources,
                                               output_schema, plan_sources, row_tokens)
 from prep.materialize.run import Executor, check_plan, check_run_args, done_records, existing_output
@@ -110,7 +109,7 @@ def materialize_mixture(
             than its ``max_repeats``, or an output that holds another plan.
     """
     check_run_args(epochs=epochs, start_epoch=start_epoch, read_rows=read_rows, executor=executor)
-    plan = mixture if isinstance(mixture, PlanSpec) else load_mixture(mixture, splits)
+    plan = mixture if isinstance(mixture, PlanSpec) else _load(mixture, splits)
     if plan.mixture is None:
         raise PrepError("materialize_mixture needs a plan with a mixture; use materialize_shuffle for one table")
     job = _resolve(plan, output, overwrite=overwrite, s3=s3, read_rows=read_rows, lance_format=lance_format)
@@ -120,6 +119,13 @@ def materialize_mixture(
     manifest = _manifest(job, run_epochs, done)
     write_manifest(job.output, manifest, job.s3)
     return manifest
+
+
+def _load(path: str | Path, splits: int) -> PlanSpec:
+    """The plan of a mixture file (the loader imports pydantic, ~0.3 s of start-up: only when a file is read)."""
+    from prep.materialize.mixture_file import load_mixture
+
+    return load_mixture(path, splits)
 
 
 def _resolve(plan: PlanSpec, output: str, *, overwrite: bool, s3: storage.S3Options | None, read_rows: int,
