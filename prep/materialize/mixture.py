@@ -175,8 +175,11 @@ def _run_tasks(job: MixtureJob, run_epochs: range, *, on_ray: bool, ray_address:
 def _local(job: MixtureJob, calls: list[tuple], num_cpus: int | None) -> list[dict]:
     """The tasks on threads of this process, from rows held in memory when they fit."""
     held = _hold(job) if _held_bytes(job) <= HOLD_BYTES else None
-    with ThreadPoolExecutor(num_cpus or os.cpu_count() or 1, thread_name_prefix="prep-mixture") as pool:
+    pool = ThreadPoolExecutor(num_cpus or os.cpu_count() or 1, thread_name_prefix="prep-mixture")
+    try:
         return run_all(pool, [(where, _write_split, (job, e, s, src, row, held)) for where, e, s, src, row in calls])
+    finally:  # an error or Ctrl-C: tasks not started are dropped, the running ones finish their split
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _on_ray(job: MixtureJob, calls: list[tuple], address: str | None, num_cpus: int | None) -> list[dict]:
