@@ -23,6 +23,7 @@ from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset
 from prep.materialize.layout import JOB_FILE, JOB_NAME, WORK, owned_entries
 from prep.materialize.local import run_local
 from prep.materialize.rows import _write_selection, hash_keys_for
+from prep.materialize.write import SplitOutput
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
 from prep.ray_runtime import use_ray
 
@@ -64,7 +65,7 @@ def existing_output(output: str, s3: storage.S3Options) -> dict | None:
 
 
 def check_plan(output: str, old: dict | None, fingerprint: str, spec: PlanSpec, source_uri: str, version: int,
-                overwrite: bool, s3: storage.S3Options) -> None:
+               overwrite: bool, s3: storage.S3Options) -> None:
     """Resume the same plan; refuse a different one unless --overwrite, which removes only prep's files."""
     if old is None or old.get("fingerprint") == fingerprint:
         return
@@ -104,7 +105,8 @@ def _remove_owned(output: str, s3: storage.S3Options) -> None:
             fs.rm(f"{root}/{name}")
 
 
-def done_records(job: Job, epochs: range) -> dict[tuple[int, int], dict]:
+def done_records(job: SplitOutput, epochs: range) -> dict[tuple[int, int], dict]:
+    """The done records of ``epochs`` that match the run's fingerprint (single-table runs and mixtures alike)."""
     fs, root = storage.filesystem(job.output, job.s3)
     done = {}
     for e in epochs:
