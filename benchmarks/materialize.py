@@ -26,6 +26,14 @@ machine. Ratios: ``cmd / take`` by wall time (goal <= 1.5), and the copy's
 time over the job's (throughput relative to the copy; goals >= 0.5 for clump 1,
 >= 0.8 for clump 64), by wall and by CPU time. Then, in a fresh process:
 planning an epoch of ``--plan-rows`` rows (default 10^10) into 48 splits in bounded memory.
+
+Mixtures (``--mixture-only`` runs just this part, ``--skip-mixture`` leaves it out):
+three tables of one tokenizer -- the GSM8K table above, Tiny Shakespeare's paragraphs
+(``prep pretokenize``, pretrain rows, ``--repeat`` copies) and synthetic long documents
+(1,000-4,000 random tokens) -- mixed by rows with weights proportional to their sizes
+(so one epoch uses each row about once), against the concatenation of the three tables
+materialized as one table (the same output rows): ``mix-job`` / ``concat-job``
+(goal <= 1.1x) and the whole commands ``mix-cmd`` / ``concat-cmd``, by wall and by CPU time.
 """
 
 from __future__ import annotations
@@ -66,6 +74,47 @@ def build_table(workdir: Path, repeat: int) -> Path:
     return table
 
 
+def build_mixture_tables(workdir: Path, repeat: int, gsm8k: Path) -> tuple[Path, Path]:
+    """The mixture file over GSM8K, Shakespeare and long synthetic documents, and their concatenation as one table."""
+    import lance
+    import numpy as np
+    import pyarrow as pa
+
+    mix_file, concat = workdir / f"mix-x{repeat}.yaml", workdir / f"mix-x{repeat}-concat.lance"
+    if mix_file.exists() and (concat / "_versions").exists():
+        return mix_file, concat
+    shakespeare = workdir / f"shakespeare-x{repeat}-pretrain.lance"
+    corpus = workdir / f"shakespeare-x{repeat}.jsonl"
+    paragraphs = [p for p in (SHARED / "tinyshakespeare" / "input.txt").read_text().split("\n\n") if p.strip()]
+    with corpus.open("w") as f:
+        for _ in range(repeat):
+            f.writelines(json.dumps({"text": p}) + "\n" for p in paragraphs)
+    config = workdir / "pretokenize-shakespeare.yaml"
+    config.write_text(f"input: {corpus}\noutput: {shakespeare}\ntokenizer: {TOKENIZER}\nformat: pretrain\n")
+    subprocess.run([sys.executable, "-m", "prep", "pretokenize", "--config", str(config), "--overwrite"],
+                   env=ENV, cwd=REPO, check=True)
+    base = lance.dataset(str(gsm8k))
+    schema = base.schema  # the same columns and the same prep metadata (kind, tokenizer hash)
+    rng = np.random.default_rng(0)
+    n = 500 * repeat
+    lengths = rng.integers(1000, 4001, n).astype(np.int32)
+    offsets = pa.array(np.r_[0, np.cumsum(lengths)].astype(np.int32))
+    tokens = rng.integers(3, 32768, int(lengths.sum()), dtype=np.int32)
+    long_docs = pa.table([pa.array(np.arange(n, dtype=np.uint64) + np.uint64(1 << 40)),
+                          pa.ListArray.from_arrays(offsets, pa.array(tokens)),
+                          pa.ListArray.from_arrays(offsets, pa.array(np.ones(len(tokens), np.int8))),
+                          pa.array(lengths)], schema=schema)
+    synthetic = workdir / f"long-x{repeat}.lance"
+    lance.write_dataset(long_docs, str(synthetic), mode="overwrite")
+    tables = [gsm8k, shakespeare, synthetic]
+    rows = [lance.dataset(str(t)).count_rows() for t in tables]
+    mix_file.write_text("weight_by: rows\nglobal_batch: 64\nsources:\n" + "".join(
+        f"  - {{table: {t}, weight: {r}}}\n" for t, r in zip(tables, rows)))
+    parts = (lance.dataset(str(t)).to_table().replace_schema_metadata(schema.metadata) for t in tables)
+    lance.write_dataset(pa.concat_tables(parts), str(concat), mode="overwrite")
+    return mix_file, concat
+
+
 def _cpu_self() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -85,10 +134,14 @@ def stage(name: str, table: str, out: str, clump: int, splits: int) -> dict:
         else:
             lance.write_dataset(ds.take(np.random.default_rng(0).permutation(ds.count_rows())), out)
         return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c}
-    from prep.materialize import materialize_shuffle
+    from prep.materialize import materialize_mixture, materialize_shuffle
 
+    if name == "mix-job":  # ``table`` is the mixture file here
+        t, c = time.perf_counter(), _cpu_self()
+        materialize_mixture(mixture=table, output=out, epochs=1, splits=splits, executor="local")
+        return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c}
     kw = dict(table=table, output=out, epochs=1, splits=splits, clump=clump)
-    if name == "job":
+    if name in ("job", "concat-job"):
         t, c = time.perf_counter(), _cpu_self()
         materialize_shuffle(executor="local", **kw)
         return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c}
@@ -116,10 +169,11 @@ def fresh(name: str, table: Path, out: Path, clump: int, splits: int) -> dict:
     """``stage`` in a fresh process; for ``cmd``, the prep command itself, process start to exit."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    if name == "cmd":
+    if name in ("cmd", "concat-cmd", "mix-cmd"):
         shutil.rmtree(out, ignore_errors=True)
-        cmd = [sys.executable, "-m", "prep", "materialize-shuffle", "--table", str(table), "--output", str(out),
-               "--epochs", "1", "--splits", str(splits), "--clump", str(clump)]
+        what = ["--mixture", str(table)] if name == "mix-cmd" else ["--table", str(table), "--clump", str(clump)]
+        cmd = [sys.executable, "-m", "prep", "materialize-shuffle", *what, "--output", str(out),
+               "--epochs", "1", "--splits", str(splits)]
         env = {k: v for k, v in ENV.items() if k != "RAY_ADDRESS"}  # one machine, no cluster: what a user runs
         subprocess.run(cmd, env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -176,6 +230,8 @@ def main() -> None:
     ap.add_argument("--plan-rows", type=float, default=1e10)
     ap.add_argument("--plan-sample", type=int, default=3_000_000, help="positions enumerated per planned split")
     ap.add_argument("--skip-plan", action="store_true")
+    ap.add_argument("--skip-mixture", action="store_true", help="leave out the mixture rows")
+    ap.add_argument("--mixture-only", action="store_true", help="only the mixture rows")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     ap.add_argument("--table", help=argparse.SUPPRESS)
@@ -191,6 +247,10 @@ def main() -> None:
     table = build_table(work, args.repeat)
     import lance
 
+    if not args.skip_mixture:
+        mixture_rows(work, table, args)
+    if args.mixture_only:
+        return
     ds = lance.dataset(str(table))
     print(f"table: {table} ({ds.count_rows():,} rows, Lance {ds.data_storage_version}); {os.cpu_count()} CPUs; "
           f"load average before: {os.getloadavg()[0]:.1f} (a shared machine: compare CPU seconds too)")
@@ -228,6 +288,34 @@ def main() -> None:
               f"peak RSS {p['peak_rss_mb']:,.0f} MB")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+def mixture_rows(work: Path, gsm8k: Path, args: argparse.Namespace) -> None:
+    """The three-table mixture against its concatenation materialized as one table (module docstring)."""
+    import lance
+
+    mix_file, concat = build_mixture_tables(work, args.repeat, gsm8k)
+    print(f"mixture: {mix_file} ({mix_file.read_text().count('table:')} tables), concatenation {concat} "
+          f"({lance.dataset(str(concat)).count_rows():,} rows); load average before: {os.getloadavg()[0]:.1f}")
+    results = {}
+    for name in ("concat-job", "mix-job", "concat-cmd", "mix-cmd"):
+        source = mix_file if name.startswith("mix") else concat
+        runs = [fresh(name, source, work / "out", 1, args.splits) for _ in range(args.runs)]
+        results[name] = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "cpu_seconds")}
+        results[name]["runs_seconds"] = [round(r["seconds"], 3) for r in runs]
+        results[name]["runs_cpu_seconds"] = [round(r["cpu_seconds"], 3) for r in runs]
+    shutil.rmtree(work / "out", ignore_errors=True)
+    print(f"{'row':22s} {'wall s':>7s} {'CPU s':>7s}  (median of {args.runs}, each in a fresh process)")
+    for name, r in results.items():
+        note = ""
+        if name.startswith("mix"):
+            base = results[name.replace("mix", "concat")]
+            note = (f"mixture/single: {r['seconds'] / base['seconds']:.2f}x wall, "
+                    f"{r['cpu_seconds'] / base['cpu_seconds']:.2f}x CPU (goal <= 1.1)")
+        print(f"{name:22s} {r['seconds']:7.2f} {r['cpu_seconds']:7.2f}  {note}")
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    if args.json:
+        Path(args.json).with_suffix(".mixture.json").write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
 epochs") is written last by ``prep materialize-shuffle`` and is the only thing
 verify, prewarm and the reader trust: the plan (:class:`prep.plan.spec.PlanSpec`),
 the source table and version, and every (epoch, split) dataset with its rows and
-content checksum. :func:`read_manifest` is the only parser; anything wrong is one
+content checksum. A mixture's manifest also lists its tables
+(:class:`MixtureTable`) and, per epoch, the rows and tokens each source got
+(counted in the data written); a single-table manifest has neither key.
+:func:`read_manifest` is the only parser; anything wrong is one
 line naming the file and the first bad key, and telling to re-run materialize.
 """
 
@@ -20,13 +23,14 @@ from prep.jsonfile import read_json_file
 from prep.outputs import MARKER
 from prep.plan.spec import PlanSpec
 
-__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "Manifest", "read_manifest", "write_manifest", "split_path"]
+__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest", "split_path"]
 
 FORMAT = "prep.materialized/1"
 MANIFEST = "manifest.json"
 _RERUN = "rerun `prep materialize-shuffle` to rewrite it"
 _FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
 _KEYS = ("format", "prep_version", "fingerprint", "source", "plan", "num_selected_rows", "columns", "epochs")
+_OPTIONAL = ("mixture",)  # only in a mixture's manifest
 
 
 def split_path(epoch: int, split: int) -> str:
@@ -54,10 +58,20 @@ class SplitFile:
 
 @dataclass(frozen=True, kw_only=True)
 class Epoch:
-    """One materialized epoch: its splits, ``splits[s].split == s``."""
+    """One materialized epoch: its splits, ``splits[s].split == s``; for a mixture, the rows and
+    tokens of each source in it (``source_rows[i]``, ``source_tokens[i]``), else None."""
 
     epoch: int
     splits: tuple[SplitFile, ...]
+    source_rows: tuple[int, ...] | None = None
+    source_tokens: tuple[int, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"epoch": self.epoch, "splits": [
+            {"split": s.split, "path": s.path, "num_rows": s.num_rows, "checksum": s.checksum} for s in self.splits]}
+        if self.source_rows is not None:
+            doc["sources"] = {"rows": list(self.source_rows), "tokens": list(self.source_tokens or ())}
+        return doc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +85,16 @@ class Source:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MixtureTable:
+    """One table of a mixture as materialized: pinned ``version``, its rows and those its filter selected."""
+
+    uri: str
+    version: int
+    num_rows: int
+    selected_rows: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
     """A materialized output's manifest (the JSON form is :meth:`to_json`)."""
 
@@ -81,6 +105,7 @@ class Manifest:
     num_selected_rows: int
     columns: tuple[str, ...]
     epochs: tuple[Epoch, ...]
+    mixture: tuple[MixtureTable, ...] | None = None  # a mixture's tables (``source`` is the first of them)
 
     def epoch(self, epoch: int) -> Epoch:
         """The entry of ``epoch``.
@@ -95,7 +120,7 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         src = self.source
-        return {
+        doc = {
             "format": FORMAT,
             "prep_version": self.prep_version,
             "fingerprint": self.fingerprint,
@@ -103,12 +128,12 @@ class Manifest:
             "plan": self.plan.to_json(),
             "num_selected_rows": self.num_selected_rows,
             "columns": list(self.columns),
-            "epochs": [
-                {"epoch": e.epoch, "splits": [{"split": s.split, "path": s.path, "num_rows": s.num_rows,
-                                                "checksum": s.checksum} for s in e.splits]}
-                for e in self.epochs
-            ],
+            "epochs": [e.to_json() for e in self.epochs],
         }
+        if self.mixture is not None:
+            doc["mixture"] = {"tables": [{"uri": t.uri, "version": t.version, "num_rows": t.num_rows,
+                                          "selected_rows": t.selected_rows} for t in self.mixture]}
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any, uri: str) -> "Manifest":
@@ -131,7 +156,7 @@ def _parse(doc: Any) -> Manifest:
     missing = [k for k in _KEYS if k not in doc]
     if missing:
         raise PrepError(f"missing keys {missing}")
-    unknown = sorted(set(doc) - set(_KEYS))
+    unknown = sorted(set(doc) - set(_KEYS) - set(_OPTIONAL))
     if unknown:
         raise PrepError(f"unknown keys {unknown}")
     if not isinstance(doc["prep_version"], str):
@@ -150,7 +175,9 @@ def _parse(doc: Any) -> Manifest:
         raise PrepError("columns must be a list of column names")
     if not isinstance(doc["epochs"], list) or not doc["epochs"]:
         raise PrepError("epochs must be a non-empty list")
-    epochs = tuple(sorted((_epoch(entry, plan.num_splits) for entry in doc["epochs"]), key=lambda e: e.epoch))
+    mixture = _mixture(doc.get("mixture"), plan)
+    width = len(mixture) if mixture is not None else None
+    epochs = tuple(sorted((_epoch(entry, plan.num_splits, width) for entry in doc["epochs"]), key=lambda e: e.epoch))
     numbers = [e.epoch for e in epochs]
     if len(set(numbers)) != len(numbers):
         raise PrepError(f"epochs {numbers} lists an epoch twice")
@@ -158,10 +185,43 @@ def _parse(doc: Any) -> Manifest:
         prep_version=doc["prep_version"], fingerprint=doc["fingerprint"],
         source=Source(uri=src["uri"], version=src["version"], num_rows=src["num_rows"], metadata=src["metadata"]),
         plan=plan, num_selected_rows=doc["num_selected_rows"], columns=tuple(doc["columns"]), epochs=epochs,
+        mixture=mixture,
     )
 
 
-def _epoch(entry: Any, num_splits: int) -> Epoch:
+def _mixture(doc: Any, plan: PlanSpec) -> tuple[MixtureTable, ...] | None:
+    """The ``mixture`` block: present exactly when the plan is a mixture, one table per plan source."""
+    if (doc is None) != (plan.mixture is None):
+        raise PrepError("mixture must be given exactly when plan.mixture is")
+    if doc is None:
+        return None
+    tables = doc.get("tables") if isinstance(doc, dict) and set(doc) == {"tables"} else None
+    if not isinstance(tables, list) or len(tables) != len(plan.mixture.sources):
+        raise PrepError(f"mixture must be {{\"tables\": [...]}} with one entry per plan source ({len(plan.mixture.sources)})")
+    out = []
+    for t in tables:
+        if not (isinstance(t, dict) and set(t) == {"uri", "version", "num_rows", "selected_rows"}
+                and isinstance(t["uri"], str) and _int(t["version"], 1) and _int(t["num_rows"]) and _int(t["selected_rows"])):
+            raise PrepError(f"mixture table {str(t)[:80]} needs uri, version (>= 1), num_rows and selected_rows")
+        out.append(MixtureTable(uri=t["uri"], version=t["version"], num_rows=t["num_rows"], selected_rows=t["selected_rows"]))
+    return tuple(out)
+
+
+def _counts(entry: dict, epoch: int, width: int | None) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """An epoch's per-source ``rows`` and ``tokens`` (mixtures only: ``width`` sources)."""
+    doc = entry.get("sources")
+    if width is None:
+        if doc is not None:
+            raise PrepError(f"epoch {epoch} has per-source counts but the plan is not a mixture")
+        return None, None
+    ok = isinstance(doc, dict) and set(doc) == {"rows", "tokens"} and all(
+        isinstance(doc[k], list) and len(doc[k]) == width and all(_int(v) for v in doc[k]) for k in ("rows", "tokens"))
+    if not ok:
+        raise PrepError(f"epoch {epoch} needs sources {{rows, tokens}}: {width} counts each")
+    return tuple(doc["rows"]), tuple(doc["tokens"])
+
+
+def _epoch(entry: Any, num_splits: int, width: int | None) -> Epoch:
     epoch = entry.get("epoch") if isinstance(entry, dict) else None
     if not _int(epoch) or not isinstance(entry.get("splits"), list):
         raise PrepError(f"epoch entry {str(entry)[:60]} needs an integer epoch and a list of splits")
@@ -174,7 +234,8 @@ def _epoch(entry: Any, num_splits: int) -> Epoch:
         if not isinstance(path, str) or path.startswith("/") or ".." in path or not _int(n) or not isinstance(checksum, str):
             raise PrepError(f"epoch {epoch} split {s['split']}: bad path={path!r}, num_rows={n!r} or checksum={checksum!r}")
         files.append(SplitFile(split=s["split"], path=path, num_rows=n, checksum=checksum))
-    return Epoch(epoch=epoch, splits=tuple(files))
+    rows, tokens = _counts(entry, epoch, width)
+    return Epoch(epoch=epoch, splits=tuple(files), source_rows=rows, source_tokens=tokens)
 
 
 def read_manifest(path: str, s3: storage.S3Options | None = None) -> Manifest:

@@ -8,7 +8,8 @@ order-free fingerprint of all ids, compared with the source's). The source
 table must still be at the version the manifest names: a newer version is a
 failure, since the plan's positions would point at other rows.
 
-The content checksum is :mod:`prep.checksum`'s, the manifest is read by
+A mixture is checked by :mod:`prep.verify_mixture` (per global batch proportions
+against the recomputed plan). The content checksum is :mod:`prep.checksum`'s, the manifest is read by
 :func:`prep.manifest.read_manifest`.
 """
 
@@ -27,6 +28,7 @@ from prep.materialize.job import job_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
 from prep.progress import Bar
+from prep.verify_mixture import check_mixture
 
 __all__ = ["Report", "verify"]
 
@@ -94,6 +96,11 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
     """
     manifest = read_manifest(path, s3)
     report = Report(path=path, fingerprint=manifest.fingerprint)
+    if manifest.plan.mixture is not None:
+        found = check_mixture(path, manifest, s3=s3, check_ids=check_ids, max_problems=max_problems)
+        report.epochs, report.splits, report.rows = len(manifest.epochs), manifest.plan.num_splits, found.rows
+        report.problems, report.notes = found.problems, found.notes
+        return report
     src, p = manifest.source, manifest.plan
     opts = storage.lance_storage_options(src.uri, s3)
     latest = lance_io.open_table(src.uri, storage_options=opts)

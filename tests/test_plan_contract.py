@@ -45,7 +45,10 @@ def test_spec_json_round_trips_and_its_fingerprint_is_the_one_earlier_prep_wrote
         ({"columns": [1]}, "plan.columns=[1] must be a list of column names"),
         ({"filter": ""}, "plan.filter='' must be a non-empty"),
         ({"strategy": "hash", "hash_columns": []}, "plan.hash_columns must name at least one column"),
-        ({"mixture": {"sources": []}}, "plan.mixture: mixtures are not supported"),
+        ({"mixture": {"sources": [], "weight_by": "rows", "global_batch": 8}}, "plan.mixture.sources must list at least one"),
+        ({"mixture": {"sources": [{"table": "a", "weight": 1}]}}, "plan.mixture is missing keys ['weight_by', 'global_batch']"),
+        ({"mixture": {"sources": [{"table": "a", "weight": 1}], "weight_by": "rows", "global_batch": 8, "shares": 1}},
+         "plan.mixture has unknown keys ['shares']"),
         ([4], "plan must be a JSON object"),
     ],
 )

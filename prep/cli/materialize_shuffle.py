@@ -1,14 +1,19 @@
-"""``prep materialize-shuffle``: a prepared table -> shuffled epochs laid out as splits."""
+"""``prep materialize-shuffle``: a prepared table, or a mixture of tables, -> shuffled epochs laid out as splits."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import time
+from typing import TYPE_CHECKING
 
 from prep.cli.exits import at_least
+from prep.errors import PrepError
 from prep.plan import STRATEGIES
 from prep.plan.spec import DEFAULT_SPLITS
+
+if TYPE_CHECKING:
+    from prep.manifest import Manifest
 
 __all__ = ["register"]
 
@@ -25,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Rerunning the same command finishes what a killed run left; a larger --epochs adds epochs.\n\n"
         "example:\n  prep materialize-shuffle --table out/gsm8k.lance --output out/gsm8k-epochs --epochs 3 --splits 48",
     )
-    p.add_argument("--table", required=True, help="prepared Lance table (local path or s3://)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--table", help="prepared Lance table (local path or s3://)")
+    what.add_argument("--mixture", help="mixture file (YAML: tables and weights, see docs/materialize.md \"Mixtures\")")
     p.add_argument("--output", required=True, help="output directory (local path or s3://)")
     p.add_argument("--epochs", type=at_least(1), required=True, help="number of epochs to write")
     p.add_argument("--splits", type=at_least(1), default=DEFAULT_SPLITS,
@@ -52,23 +59,47 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+_TABLE_ONLY = {"strategy": "random", "hash_columns": ["id"], "clump": 1, "seed": 0, "filter": None, "columns": None}
+
+
 def run(args: argparse.Namespace) -> int:
-    from prep.materialize import materialize_shuffle
+    from prep.materialize import materialize_mixture, materialize_shuffle
 
     t0 = time.time()
-    manifest = materialize_shuffle(
-        table=args.table, output=args.output, epochs=args.epochs, splits=args.splits, strategy=args.strategy,
-        hash_columns=args.hash_columns, clump=args.clump, seed=args.seed, filter=args.filter, columns=args.columns,
-        start_epoch=args.start_epoch, overwrite=args.overwrite, read_rows=args.read_rows, lance_format=args.lance_format,
-        ray_address=args.ray_address, num_cpus=args.num_cpus, executor=args.executor,
-    )
+    common = dict(output=args.output, epochs=args.epochs, splits=args.splits, start_epoch=args.start_epoch,
+                  overwrite=args.overwrite, read_rows=args.read_rows, lance_format=args.lance_format,
+                  ray_address=args.ray_address, num_cpus=args.num_cpus, executor=args.executor)
+    if args.mixture:
+        given = [f"--{k.replace('_', '-')}" for k, v in _TABLE_ONLY.items() if getattr(args, k) != v]
+        if given:
+            raise PrepError(f"{', '.join(given)}: with --mixture, set seed/clump/filter/columns in {args.mixture} "
+                            "(filter and columns per source)")
+        manifest = materialize_mixture(mixture=args.mixture, **common)
+    else:
+        manifest = materialize_shuffle(
+            table=args.table, strategy=args.strategy, hash_columns=args.hash_columns, clump=args.clump, seed=args.seed,
+            filter=args.filter, columns=args.columns, **common)
     if args.json:
         print(json.dumps(manifest.to_json(), indent=2))
         return 0
     epochs = [e.epoch for e in manifest.epochs]
-    print(
-        f"{args.output}: epochs {epochs[0]}..{epochs[-1]} ({len(epochs)}) x {manifest.plan.num_splits} splits, "
-        f"{manifest.num_selected_rows:,} of {manifest.source.num_rows:,} rows selected, "
-        f"fingerprint {manifest.fingerprint}, {time.time() - t0:.1f}s"
-    )
+    rows = f"{manifest.num_selected_rows:,} of {manifest.source.num_rows:,} rows selected"
+    if manifest.mixture is not None:
+        print(mixture_summary(manifest))
+        rows = f"{manifest.num_selected_rows:,} rows an epoch from {len(manifest.mixture)} tables"
+    print(f"{args.output}: epochs {epochs[0]}..{epochs[-1]} ({len(epochs)}) x {manifest.plan.num_splits} splits, "
+          f"{rows}, fingerprint {manifest.fingerprint}, {time.time() - t0:.1f}s")
     return 0
+
+
+def mixture_summary(manifest: "Manifest") -> str:
+    """Per source: its weight and the share of rows and tokens it got over the written epochs."""
+    mix = manifest.plan.mixture
+    rows = [sum(e.source_rows[i] for e in manifest.epochs) for i in range(len(mix.sources))]
+    tokens = [sum(e.source_tokens[i] for e in manifest.epochs) for i in range(len(mix.sources))]
+    weights = sum(s.weight for s in mix.sources)
+    lines = [f"mixture by {mix.weight_by}, global batch {mix.global_batch}, {mix.epoch_rows:,} rows an epoch:"]
+    for i, s in enumerate(mix.sources):
+        lines.append(f"  source {i} {s.table}: weight {s.weight / weights:.3f}, rows {rows[i] / max(1, sum(rows)):.3f} "
+                     f"({rows[i]:,}), tokens {tokens[i] / max(1, sum(tokens)):.3f} ({tokens[i]:,})")
+    return "\n".join(lines)

@@ -29,12 +29,16 @@ Modules:
 - :mod:`prep.materialize.on_ray`: the Ray executor
 - :mod:`prep.materialize.gather`: the Ray executor's gather pass for small clumps
 - :mod:`prep.materialize.run`: ``materialize_shuffle``: resolve, select, run the tasks, finalize
+- :mod:`prep.materialize.mixture_file`: the mixture file (YAML) -> a plan with a mixture
+- :mod:`prep.materialize.mixture_sources`: a mixture's tables, opened, pinned and checked against each other
+- :mod:`prep.materialize.mixture`: ``materialize_mixture``: several tables by weight, exact per global batch
 """
 
 from __future__ import annotations
 
 from prep.materialize.job import Job, job_for_manifest
 from prep.materialize.rows import hash_keys_for, read_rows, selected_ids
+from prep.materialize.mixture import materialize_mixture
 from prep.materialize.run import materialize_shuffle
 
-__all__ = ["materialize_shuffle", "Job", "job_for_manifest", "read_rows", "selected_ids", "hash_keys_for"]
+__all__ = ["materialize_shuffle", "materialize_mixture", "Job", "job_for_manifest", "read_rows", "selected_ids", "hash_keys_for"]

@@ -29,7 +29,7 @@ from prep.materialize.job import Job, _run_task
 from prep.materialize.rows import bytes_per_row
 from prep.materialize.write import _write_split
 
-__all__ = ["HOLD_BYTES", "run_local"]
+__all__ = ["HOLD_BYTES", "run_local", "run_all"]
 
 HOLD_BYTES = 2 << 30  # Arrow bytes of selected rows held in memory at once (see module docstring)
 _READ_BYTES = 64 << 20  # rows per sequential read while holding: about this many bytes
@@ -46,7 +46,7 @@ def _groups(num_splits: int, total_bytes: int) -> list[range]:
     return [range(a, min(a + per, num_splits)) for a in range(0, num_splits, per)]
 
 
-def _run_all(pool: ThreadPoolExecutor, calls: list[tuple[str, Any, tuple]], on_done: Callable[[], None]) -> list[dict]:
+def run_all(pool: ThreadPoolExecutor, calls: list[tuple[str, Any, tuple]], on_done: Callable[[], None] = lambda: None) -> list[dict]:
     """Runs ``(where, fn, args)`` calls on ``pool`` (``on_done`` after each); the first error is raised as soon as it happens."""
     futures = [pool.submit(_run_task, fn, where, *args) for where, fn, args in calls]
     for future in futures:
@@ -79,7 +79,7 @@ def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.
     pool = ThreadPoolExecutor(num_cpus or os.cpu_count() or 1, thread_name_prefix="prep-materialize")
     try:
         if total > HOLD_BYTES and not reads_scattered(job.plan):
-            return _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys)) for e, s in todo], on_done)
+            return run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys)) for e, s in todo], on_done)
         chunk_rows = max(job.read_rows, _READ_BYTES // row_bytes)
         for group in _groups(job.plan.num_splits, total):
             mine = [(e, s) for e, s in todo if s in group]
@@ -87,7 +87,7 @@ def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.
                 continue
             where = f"reading the rows of splits {group.start}..{group.stop - 1}"
             held = _run_task(hold_splits, where, job, group, hash_keys, chunk_rows)
-            records += _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys, held)) for e, s in mine],
+            records += run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys, held)) for e, s in mine],
                                 on_done)
             del held
         return records

@@ -22,10 +22,10 @@ from prep.materialize.job import Job, _run_task
 from prep.materialize.write import _write_split
 from prep.ray_runtime import init_ray
 
-__all__ = ["run_on_ray"]
+__all__ = ["run_on_ray", "released", "collect"]
 
 
-def _released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
+def released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
     """A task that hands its Arrow memory back to the OS when done: a worker runs many tasks, each holding a split."""
     try:
         return _run_task(fn, where, *args)
@@ -55,7 +55,7 @@ def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np
         PrepError: the first task that failed, with where it happened.
     """
     init_ray(address, num_cpus=num_cpus)
-    remote = ray.remote(num_cpus=1, max_retries=2)(_released)
+    remote = ray.remote(num_cpus=1, max_retries=2)(released)
     hash_ref = ray.put(hash_keys) if hash_keys is not None else None
     if reads_scattered(job.plan):
         pieces = _gather_pieces(job, source, remote, hash_ref)
@@ -64,6 +64,11 @@ def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np
         del pieces  # the running tasks hold what they still need
     else:
         refs = [remote.remote(_write_split, f"epoch {e} split {s}", job, e, s, hash_ref) for e, s in todo]
+    return collect(refs, on_done)
+
+
+def collect(refs: list, on_done: Callable[[], None] = lambda: None) -> list:
+    """The tasks' results in order (``on_done`` as each arrives); the first failure cancels the rest and is raised as one line."""
     try:
         return [_counted(ray.get(ref), on_done) for ref in refs]
     except ray.exceptions.RayTaskError as exc:

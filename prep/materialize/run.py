@@ -23,11 +23,13 @@ from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset
 from prep.materialize.layout import JOB_FILE, JOB_NAME, WORK, owned_entries
 from prep.materialize.local import run_local
 from prep.materialize.rows import _write_selection, hash_keys_for
+from prep.materialize.write import SplitOutput
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
 from prep.progress import Bar
 from prep.ray_runtime import use_ray
 
-__all__ = ["materialize_shuffle", "Executor", "EXECUTORS"]
+__all__ = ["materialize_shuffle", "Executor", "EXECUTORS", "existing_output", "check_plan", "done_records",
+           "check_run_args"]
 
 Executor = Literal["auto", "ray", "local"]
 EXECUTORS: tuple[str, ...] = get_args(Executor)
@@ -35,7 +37,7 @@ EXECUTORS: tuple[str, ...] = get_args(Executor)
 log = logging.getLogger("prep.materialize")  # the package's name, as printed in `prep -v` logs
 
 
-def _existing_output(output: str, s3: storage.S3Options) -> dict | None:
+def existing_output(output: str, s3: storage.S3Options) -> dict | None:
     """What a prep job left at ``output`` (its job marker or manifest), None when it is new or empty.
 
     Runs before anything is read or written: a non-empty directory that no prep
@@ -63,8 +65,8 @@ def _existing_output(output: str, s3: storage.S3Options) -> dict | None:
     )
 
 
-def _check_plan(output: str, old: dict | None, fingerprint: str, spec: PlanSpec, source_uri: str, version: int,
-                overwrite: bool, s3: storage.S3Options) -> None:
+def check_plan(output: str, old: dict | None, fingerprint: str, spec: PlanSpec, source_uri: str, version: int,
+               overwrite: bool, s3: storage.S3Options) -> None:
     """Resume the same plan; refuse a different one unless --overwrite, which removes only prep's files."""
     if old is None or old.get("fingerprint") == fingerprint:
         return
@@ -104,7 +106,8 @@ def _remove_owned(output: str, s3: storage.S3Options) -> None:
             fs.rm(f"{root}/{name}")
 
 
-def _done_records(job: Job, epochs: range) -> dict[tuple[int, int], dict]:
+def done_records(job: SplitOutput, epochs: range) -> dict[tuple[int, int], dict]:
+    """The done records of ``epochs`` that match the run's fingerprint (single-table runs and mixtures alike)."""
     fs, root = storage.filesystem(job.output, job.s3)
     done = {}
     for e in epochs:
@@ -176,7 +179,7 @@ def materialize_shuffle(
         PrepError: missing/empty table, bad filter or plan arguments, or an
             output directory that holds a different plan.
     """
-    _check_run_args(epochs=epochs, start_epoch=start_epoch, read_rows=read_rows, executor=executor)
+    check_run_args(epochs=epochs, start_epoch=start_epoch, read_rows=read_rows, executor=executor)
     spec = PlanSpec(num_splits=splits, strategy=strategy, hash_columns=tuple(hash_columns), clump=clump, seed=seed,
                     filter=filter or None, columns=tuple(columns) if columns else None)
     job, source = _resolve(table, output, spec, overwrite=overwrite, s3=s3, read_rows=read_rows, lance_format=lance_format)
@@ -187,7 +190,7 @@ def materialize_shuffle(
     return _finalize(job, source, run_epochs, done)
 
 
-def _check_run_args(*, epochs: int, start_epoch: int, read_rows: int, executor: str) -> None:
+def check_run_args(*, epochs: int, start_epoch: int, read_rows: int, executor: str) -> None:
     """The arguments of the run that are not the plan's (the plan checks its own)."""
     if executor not in EXECUTORS:
         raise PrepError(f"executor={executor!r} is not one of {list(EXECUTORS)}")
@@ -205,7 +208,7 @@ def _resolve(table: str, output: str, spec: PlanSpec, *, overwrite: bool, s3: st
     s3 = (s3 or storage.S3Options()).resolved()
     source_uri = table if storage.is_remote(table) else os.path.abspath(table)
     output = output if storage.is_remote(output) else os.path.abspath(output)
-    old = _existing_output(output, s3)
+    old = existing_output(output, s3)
     if not storage.is_remote(source_uri) and not os.path.exists(source_uri):
         raise PrepError(f"--table {table}: no such path; pass a prepared Lance table (see `prep pretokenize`)")
     source = lance_io.open_table(source_uri, storage_options=storage.lance_storage_options(source_uri, s3))
@@ -220,7 +223,7 @@ def _resolve(table: str, output: str, spec: PlanSpec, *, overwrite: bool, s3: st
     if spec.strategy == "hash" and any(c not in names for c in spec.hash_columns):
         raise PrepError(f"--hash-columns {list(spec.hash_columns)} must name columns of {source_uri}; it has {names}")
     fingerprint = spec.fingerprint(source_uri, version)
-    _check_plan(output, old, fingerprint, spec, source_uri, version, overwrite, s3)
+    check_plan(output, old, fingerprint, spec, source_uri, version, overwrite, s3)
     job = Job(source=source_uri, version=version, columns=tuple(out_columns), plan=spec, num_selected=total,
               output=output, fingerprint=fingerprint, s3=s3, read_rows=read_rows, lance_format=lance_format,
               run_id=uuid.uuid4().hex)
@@ -253,7 +256,7 @@ def _select(job: Job, source: Any) -> Job:
 def _run_tasks(job: Job, source: Any, run_epochs: range, *, on_ray: bool, ray_address: str | None,
                num_cpus: int | None) -> dict[tuple[int, int], dict]:
     """Writes the (epoch, split) pairs of ``run_epochs`` not done yet, on Ray or in this process; returns all done records."""
-    done = _done_records(job, run_epochs)
+    done = done_records(job, run_epochs)
     todo = [(e, s) for e in run_epochs for s in range(job.plan.num_splits) if (e, s) not in done]
     log.info("plan %s: %d selected rows, %d of %d splits to write (%s)", job.fingerprint, job.num_selected, len(todo),
              len(run_epochs) * job.plan.num_splits, "Ray" if on_ray else "local")

@@ -13,7 +13,7 @@ One task per (epoch, split), on either executor, writes
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,7 @@ from prep.manifest import split_path
 from prep.materialize.layout import done_path
 from prep.materialize.rows import read_rows
 
-__all__: list[str] = []
+__all__ = ["SplitOutput", "write_split_dataset"]
 
 
 def _split_batches(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None) -> Iterator[pa.RecordBatch]:
@@ -53,26 +53,45 @@ def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None,
     Returns:
         The done record (also written next to the split).
     """
+    schema = _dataset(job, job.source, job.version).schema
+    schema = pa.schema([schema.field(c) for c in job.columns])
+    batches = (batch.select(list(job.columns)) for batch in _split_batches(job, epoch, split, hash_keys, held))
+    return write_split_dataset(job, epoch, split, schema, batches)
+
+
+class SplitOutput(Protocol):
+    """Where a split dataset goes: what :func:`write_split_dataset` needs of a run."""
+
+    output: str
+    fingerprint: str
+    s3: storage.S3Options
+    lance_format: str
+
+    def lance_options(self, uri: str) -> dict[str, str] | None: ...
+
+
+def write_split_dataset(job: SplitOutput, epoch: int, split: int, schema: pa.Schema, batches: Iterable[pa.RecordBatch],
+                        extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Writes ``batches`` (in ``schema``) as the (epoch, split) dataset, then its done record
+    (with the keys ``extra()`` returns once the batches are written); returns the record.
+    Used by single-table runs and mixtures alike."""
     import lance
 
     rel = split_path(epoch, split)
     uri = storage.join(job.output, rel)
     lance_io.remove_table(uri, job.s3)  # a killed attempt may have left data files
-    schema = _dataset(job, job.source, job.version).schema
-    schema = pa.schema([schema.field(c) for c in job.columns])
     checksum = Checksum()
 
-    def batches() -> Iterator[pa.RecordBatch]:
-        for batch in _split_batches(job, epoch, split, hash_keys, held):
-            batch = batch.select(list(job.columns))
+    def counted() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
             checksum.update(batch)
             yield batch
 
     lance.write_dataset(
-        pa.RecordBatchReader.from_batches(schema, batches()), uri, schema=schema, mode="create",
+        pa.RecordBatchReader.from_batches(schema, counted()), uri, schema=schema, mode="create",
         max_rows_per_file=1 << 30, storage_options=job.lance_options(uri), data_storage_version=job.lance_format,
     )
     record = {"fingerprint": job.fingerprint, "epoch": epoch, "split": split, "path": rel,
-              "num_rows": checksum.num_rows, "checksum": checksum.hexdigest()}
+              "num_rows": checksum.num_rows, "checksum": checksum.hexdigest(), **(extra() if extra else {})}
     storage.write_json_atomic(storage.join(job.output, done_path(epoch, split)), record, job.s3)
     return record

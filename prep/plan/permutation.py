@@ -20,11 +20,12 @@ import numpy as np
 
 from prep.errors import PrepError
 
-__all__ = ["ROUNDS", "ASSIGN", "ORDER", "keys", "permute", "invert", "mix64"]
+__all__ = ["ROUNDS", "ASSIGN", "ORDER", "MIX", "keys", "permute", "invert", "mix64"]
 
 ROUNDS = 4
 ASSIGN = 1  # spawn_key tag: which rows a split owns (fixed across epochs)
 ORDER = 2  # spawn_key tag: the order inside a split (changes every epoch)
+MIX = 3  # spawn_key tag: a mixture source's stream order, per pass (prep.plan.mixture)
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

@@ -8,9 +8,9 @@ built and checked here only; everyone else receives the object. Its JSON form
 (:meth:`PlanSpec.fingerprint`) ties an output, a reader state and a done record
 to (source uri, source version, plan).
 
-``mixture`` is reserved for weighted multi-table plans: today only ``None`` is
-accepted, and it is left out of the JSON form, so single-table fingerprints stay
-what they were.
+``mixture`` (a :class:`MixtureSpec`) makes it a weighted multi-table plan
+(:mod:`prep.plan.mixture`, docs/materialize.md "Mixtures"); it is left out of the
+JSON form while it is ``None``, so single-table fingerprints stay what they were.
 
 >>> spec = PlanSpec(num_splits=4, seed=3)
 >>> PlanSpec.from_json(spec.to_json()) == spec
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Literal, Mapping
 
 from prep.errors import PrepError
 from prep.plan import STRATEGIES, validate
 
-__all__ = ["PlanSpec", "DEFAULT_SPLITS"]
+__all__ = ["PlanSpec", "MixtureSpec", "MixtureSource", "DEFAULT_SPLITS", "WEIGHT_UNITS"]
 
 DEFAULT_SPLITS = 48  # world sizes 1, 2, 3, 4, 6, 8, 12, 16, 24 and 48 can read it
 
@@ -44,6 +44,111 @@ def _names(value: Any, key: str) -> tuple[str, ...]:
     raise PrepError(f"plan.{key}={value!r} must be a list of column names")
 
 
+def _strict(cls: type, doc: Any, key: str) -> dict[str, Any]:
+    """``doc`` as keyword arguments of ``cls``: an object with only its fields (one-line error naming ``key``)."""
+    if not isinstance(doc, Mapping):
+        raise PrepError(f"{key} must be a JSON object, not {type(doc).__name__}")
+    unknown = sorted(set(doc) - {f.name for f in fields(cls)})
+    if unknown:
+        raise PrepError(f"{key} has unknown keys {unknown}; known: {sorted(f.name for f in fields(cls))}")
+    missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in doc]
+    if missing:
+        raise PrepError(f"{key} is missing keys {missing}")
+    return dict(doc)
+
+
+WEIGHT_UNITS = ("rows", "tokens")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixtureSource:
+    """One table of a mixture.
+
+    Args:
+        table: the prepared Lance table (local path or ``s3://``).
+        weight: its share relative to the other sources' weights (> 0).
+        version: the table version the plan runs over (None until materialize pins it).
+        filter: Lance SQL filter selecting its rows (default: all rows).
+        columns: columns to write (default: all of the table's); every source must end up with the same.
+        max_repeats: the most times an epoch may go through its rows (default: no limit).
+    """
+
+    table: str
+    weight: float
+    version: int | None = None
+    filter: str | None = None
+    columns: tuple[str, ...] | None = None
+    max_repeats: float | None = None
+
+    def __post_init__(self) -> None:
+        key = f"plan.mixture.sources[{self.table!r}]"
+        if not isinstance(self.table, str) or not self.table:
+            raise PrepError(f"plan.mixture.sources: table={self.table!r} must be a table path")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not self.weight > 0:
+            raise PrepError(f"{key}.weight={self.weight!r} must be a number > 0")
+        if self.version is not None and not (_is_int(self.version) and self.version >= 1):
+            raise PrepError(f"{key}.version={self.version!r} must be an integer >= 1")
+        if self.filter is not None and not (isinstance(self.filter, str) and self.filter.strip()):
+            raise PrepError(f"{key}.filter={self.filter!r} must be a non-empty Lance SQL string or null")
+        if self.columns is not None:
+            object.__setattr__(self, "columns", _names(self.columns, f"mixture.sources[{self.table!r}].columns") or None)
+        if self.max_repeats is not None and (isinstance(self.max_repeats, bool) or not isinstance(self.max_repeats, (int, float))
+                                             or not self.max_repeats > 0):
+            raise PrepError(f"{key}.max_repeats={self.max_repeats!r} must be a number > 0")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "weight": self.weight, "version": self.version, "filter": self.filter,
+                "columns": list(self.columns) if self.columns is not None else None, "max_repeats": self.max_repeats}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixtureSpec:
+    """A weighted mixture of tables (:mod:`prep.plan.mixture` says what each position holds).
+
+    Args:
+        sources: the tables, in order (the ``source`` column holds the index).
+        weight_by: ``rows`` or ``tokens``: what the weights are shares of (stated, never assumed).
+        global_batch: ``G``; each run of ``G`` rows holds the proportions; readers' global batch
+            sizes must be multiples of it.
+        epoch_rows: rows per epoch, a multiple of ``G`` (materialize fills it in from
+            ``epoch_tokens``, or from the sources' rows when neither is given).
+        epoch_tokens: the epoch size asked for in tokens (converted to rows, see ``epoch_rows``).
+    """
+
+    sources: tuple[MixtureSource, ...]
+    weight_by: Literal["rows", "tokens"]
+    global_batch: int
+    epoch_rows: int | None = None
+    epoch_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sources, (list, tuple)) or not self.sources:
+            raise PrepError("plan.mixture.sources must list at least one source")
+        srcs = tuple(s if isinstance(s, MixtureSource) else MixtureSource(**_strict(MixtureSource, s, "plan.mixture.sources[]"))
+                     for s in self.sources)
+        object.__setattr__(self, "sources", srcs)
+        if len(srcs) > 65535:
+            raise PrepError(f"plan.mixture has {len(srcs)} sources; at most 65535 fit the uint16 source column")
+        if self.weight_by not in WEIGHT_UNITS:
+            raise PrepError(f"plan.mixture.weight_by={self.weight_by!r} must be one of {list(WEIGHT_UNITS)}")
+        if not (_is_int(self.global_batch) and self.global_batch >= 1):
+            raise PrepError(f"plan.mixture.global_batch={self.global_batch!r} must be an integer >= 1")
+        for key in ("epoch_rows", "epoch_tokens"):
+            value = getattr(self, key)
+            if value is not None and not (_is_int(value) and value >= 1):
+                raise PrepError(f"plan.mixture.{key}={value!r} must be an integer >= 1")
+        if self.epoch_rows is not None and self.epoch_rows % self.global_batch:
+            raise PrepError(f"plan.mixture.epoch_rows={self.epoch_rows} must be a multiple of global_batch={self.global_batch}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sources": [s.to_json() for s in self.sources], "weight_by": self.weight_by,
+                "global_batch": self.global_batch, "epoch_rows": self.epoch_rows, "epoch_tokens": self.epoch_tokens}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "MixtureSpec":
+        return cls(**_strict(cls, doc, "plan.mixture"))
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlanSpec:
     """A shuffle plan over one table (frozen; validated on construction).
@@ -56,7 +161,9 @@ class PlanSpec:
         seed: plan seed (default 0).
         filter: Lance SQL filter selecting the rows (default: all rows).
         columns: columns to write (default: all of the table's).
-        mixture: reserved for multi-table plans; only ``None`` today.
+        mixture: a weighted multi-table plan (:class:`MixtureSpec`), or None for one table.
+            Its sources carry their own filter and columns, so ``filter`` and ``columns``
+            stay None, and the strategy is ``random`` (each source's stream is shuffled).
 
     Raises:
         PrepError: one line naming the bad field.
@@ -69,7 +176,7 @@ class PlanSpec:
     seed: int = 0
     filter: str | None = None
     columns: tuple[str, ...] | None = None
-    mixture: None = None
+    mixture: MixtureSpec | None = None
 
     def __post_init__(self) -> None:
         for key in ("num_splits", "clump", "seed"):
@@ -86,16 +193,25 @@ class PlanSpec:
         if self.columns is not None:
             object.__setattr__(self, "columns", _names(self.columns, "columns") or None)
         if self.mixture is not None:
-            raise PrepError("plan.mixture: mixtures are not supported by this prep version yet")
+            if not isinstance(self.mixture, MixtureSpec):
+                object.__setattr__(self, "mixture", MixtureSpec.from_json(self.mixture))
+            if self.strategy != "random" or self.filter is not None or self.columns is not None:
+                raise PrepError("plan.mixture: strategy must be 'random' and filter/columns null (each source has its own)")
+            if self.mixture.global_batch % self.num_splits:
+                raise PrepError(f"plan.mixture.global_batch={self.mixture.global_batch} must be a multiple of "
+                                f"num_splits={self.num_splits} (each split gives G/S rows to every global batch)")
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's ``plan`` block (lists, not tuples). ``mixture`` is left out while it
         is ``None``, so a single-table plan has the fingerprint it had before the field existed."""
-        return {
+        doc = {
             "num_splits": self.num_splits, "strategy": self.strategy, "hash_columns": list(self.hash_columns),
             "clump": self.clump, "seed": self.seed, "filter": self.filter,
             "columns": list(self.columns) if self.columns is not None else None,
         }
+        if self.mixture is not None:
+            doc["mixture"] = self.mixture.to_json()
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any, *, fill_defaults: bool = False) -> "PlanSpec":

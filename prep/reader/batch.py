@@ -26,6 +26,8 @@ class Batch(dict):
         num_tokens: real (non-padding) tokens in the batch; 0 for images.
         stats: a snapshot of the producing pipeline's counters (see :mod:`prep.reader.stats`).
         worker: the DataLoader worker that built it (0 without workers).
+        source_rows: in a mixture, rows of each source in the batch (int64 array), else None.
+        source_tokens: in a mixture, real tokens of each source in the batch, else None.
     """
 
     epoch: int
@@ -34,11 +36,15 @@ class Batch(dict):
     num_tokens: int
     stats: dict[str, Any] | None
     worker: int
+    source_rows: np.ndarray | None
+    source_tokens: np.ndarray | None
 
     @classmethod
-    def make(cls, tensors: dict[str, torch.Tensor], *, epoch: int, step: int, ids: np.ndarray, num_tokens: int) -> "Batch":
+    def make(cls, tensors: dict[str, torch.Tensor], *, epoch: int, step: int, ids: np.ndarray, num_tokens: int,
+             source_rows: np.ndarray | None = None, source_tokens: np.ndarray | None = None) -> "Batch":
         batch = cls(tensors)
         batch.epoch, batch.step, batch.ids, batch.num_tokens = epoch, step, ids, num_tokens
+        batch.source_rows, batch.source_tokens = source_rows, source_tokens
         batch.stats, batch.worker = None, 0
         return batch
 

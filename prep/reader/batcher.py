@@ -21,7 +21,7 @@ from typing import Any
 from prep.errors import PrepError
 from prep.reader.prefetch import ReaderError
 from prep.reader.batch import Batch
-from prep.reader.collate import collate_steps
+from prep.reader.collate import collate_steps, source_counts
 from prep.reader.schedule import Schedule
 from prep.reader.source import EPOCH_KEY, STEP_KEY, RawChunk
 from prep.reader.spec import CollateSpec
@@ -128,8 +128,10 @@ class Batcher:
         started = time.perf_counter()
         b = self._schedule.rows_per_split_step
         out = []
+        rows, tokens = source_counts(chunk.rows, start, stop, b, self._spec) if self._spec.sources else (None, None)
         for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.rows, start, stop, b, self._spec), start=start):
-            batch = Batch.make(tensors, epoch=chunk.epoch, step=int(chunk.steps[j]), ids=ids, num_tokens=num_tokens)
+            mix = {} if rows is None else {"source_rows": rows[j - start], "source_tokens": tokens[j - start]}
+            batch = Batch.make(tensors, epoch=chunk.epoch, step=int(chunk.steps[j]), ids=ids, num_tokens=num_tokens, **mix)
             out.append(batch.pin_memory() if self._pin else batch)
         with self._lock:
             self.collate_s += time.perf_counter() - started

@@ -36,7 +36,7 @@ import torch
 from prep.reader import buffers
 from prep.reader.spec import CollateSpec
 
-__all__ = ["Chunk", "collate_steps", "IGNORE_INDEX"]
+__all__ = ["Chunk", "collate_steps", "source_counts", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
 Built = tuple[dict[str, torch.Tensor], np.ndarray, int]  # (tensors, row ids, real tokens)
@@ -103,6 +103,25 @@ def collate_steps(chunk: Chunk, start: int, stop: int, b: int, spec: CollateSpec
     else:
         built = _padded(chunk, rows, stop - start, spec)
     return [(tensors, ids[j], tokens) for j, (tensors, tokens) in enumerate(built)]
+
+
+def source_counts(chunk: Chunk, start: int, stop: int, b: int, spec: CollateSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and real tokens of each mixture source in steps ``[start, stop)``: two ``(steps, sources)`` arrays."""
+    rows = chunk.rows(start, stop, b)
+    if isinstance(rows, slice):
+        rows = np.arange(rows.start, rows.stop)
+    which = chunk.columns["source"][rows].astype(np.int64)
+    if spec.kind == "packed":
+        tokens = chunk.columns["length"][rows].astype(np.int64)
+    elif spec.kind == "images":
+        tokens = np.zeros(len(rows), np.int64)
+    else:
+        offsets = chunk.columns["input_ids"].offsets
+        tokens = (offsets[rows + 1] - offsets[rows]).astype(np.int64)
+    steps, n = stop - start, spec.sources
+    key = np.repeat(np.arange(steps), len(rows) // max(steps, 1)) * n + which
+    return (np.bincount(key, minlength=steps * n).reshape(steps, n),
+            np.bincount(key, weights=tokens, minlength=steps * n).astype(np.int64).reshape(steps, n))
 
 
 def _filled(size: int, dtype: Any, value: int) -> np.ndarray:

@@ -26,7 +26,7 @@ from prep.reader.manifest import Materialized
 from prep.reader.pipeline import Pipeline
 from prep.reader.schedule import Schedule
 from prep.reader.spec import TEXT_KINDS, row_bytes, spec_from_metadata
-from prep.reader.stats import StatsSnapshot, status_line
+from prep.reader.stats import StatsSnapshot, source_shares, status_line
 from prep.world import rank_and_world_size, rows_per_split_step, splits_for_rank
 
 __all__ = ["ReaderDataset"]
@@ -81,6 +81,7 @@ class ReaderDataset(IterableDataset):
             chosen = self.layout.epochs
         else:
             self.layout = Materialized.open(path, s3)
+            self.layout.check_global_batch(global_batch_size)
             chosen = self.layout.pick_epochs(epochs)
         self.rank, self.world_size = rank_and_world_size(rank, world_size)
         self.global_batch_size = global_batch_size
@@ -90,7 +91,8 @@ class ReaderDataset(IterableDataset):
         self.local_batch_size = b * len(self.splits)
         self.spec = spec_from_metadata(self.layout.metadata, self.layout.columns, pad_id=pad_id, token_dtype=token_dtype,
                                        pad_to_multiple_of=pad_to_multiple_of, image_layout=image_layout,
-                                       return_loss_mask=return_loss_mask)
+                                       return_loss_mask=return_loss_mask,
+                                       sources=len(self.layout.mixture_tables or ()))
         self._max_steps = max(1, read_bytes // max(1, row_bytes(self.layout.metadata, self.spec) * self.local_batch_size))
         self._transform, self._transform_threads = transform, transform_threads
         self._pin = pin_memory and torch.cuda.is_available()
@@ -169,8 +171,9 @@ class ReaderDataset(IterableDataset):
         cur = self.stats()
         prev, self._prev = self._prev, cur
         epoch, step = self.schedule.consumed(self._position)
-        return status_line(prev, cur, epoch=epoch, num_epochs=len(self.layout.epochs), step=step,
+        line = status_line(prev, cur, epoch=epoch, num_epochs=len(self.layout.epochs), step=step,
                            tokens=self.spec.kind in TEXT_KINDS, consumer=consumer)
+        return f"{line} | {source_shares(cur)}" if cur.source_rows else line
 
     def __getstate__(self) -> dict[str, Any]:
         """Paths, plan and position only: the unpickling process opens its own datasets and threads."""

@@ -21,7 +21,7 @@ from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
 from prep.reader.spec import TEXT_KINDS
-from prep.reader.stats import StatsSnapshot, status_line
+from prep.reader.stats import StatsSnapshot, source_shares, status_line
 
 __all__ = ["Loader"]
 
@@ -115,8 +115,9 @@ class Loader:
         prev, self._prev = self._prev, cur
         epoch, step = self.dataset.schedule.consumed(self._position)
         consumer = "gpu" if self.device is not None and torch.device(self.device).type == "cuda" else "consumer"
-        return status_line(prev, cur, epoch=epoch, num_epochs=len(self.dataset.layout.epochs), step=step,
+        line = status_line(prev, cur, epoch=epoch, num_epochs=len(self.dataset.layout.epochs), step=step,
                            tokens=self.dataset.spec.kind in TEXT_KINDS, consumer=consumer)
+        return f"{line} | {source_shares(cur)}" if cur.source_rows else line
 
     def _mp_context(self) -> Any:
         if self._context is not None:

@@ -39,6 +39,8 @@ class Materialized:
         metadata: the prepared table's ``prep`` metadata (kind, tokenizer, ...).
         source_version: the prepared table version that was materialized.
         s3: where to reach ``s3://`` URIs.
+        mixture_batch: a mixture's global batch ``G`` (readers' global batches must be multiples), else None.
+        mixture_tables: a mixture's tables, in ``source`` column order, else None.
     """
 
     uri: str
@@ -51,6 +53,8 @@ class Materialized:
     metadata: dict[str, Any]
     source_version: int | None
     s3: storage.S3Options | None = None
+    mixture_batch: int | None = None
+    mixture_tables: tuple[str, ...] | None = None
 
     @classmethod
     def open(cls, uri: str, s3: storage.S3Options | None = None) -> "Materialized":
@@ -78,7 +82,21 @@ class Materialized:
             metadata=dict(m.source.metadata),
             source_version=m.source.version,
             s3=s3,
+            mixture_batch=m.plan.mixture.global_batch if m.plan.mixture else None,
+            mixture_tables=tuple(s.table for s in m.plan.mixture.sources) if m.plan.mixture else None,
         )
+
+    def check_global_batch(self, global_batch_size: int) -> None:
+        """A mixture's proportions hold per ``G`` rows: a reader's global batch must be ``k*G``.
+
+        Raises:
+            PrepError: one line naming both numbers.
+        """
+        g = self.mixture_batch
+        if g and global_batch_size % g:
+            raise PrepError(f"global_batch_size={global_batch_size} is not a multiple of the mixture's global batch {g} "
+                            f"({self.uri}): proportions hold per {g} rows; use a multiple of {g}, "
+                            f"e.g. {g * max(1, round(global_batch_size / g))}")
 
     def pick_epochs(self, epochs: int | Sequence[int] | None) -> tuple[int, ...]:
         """Epochs to read: all (None), the first ``n`` (int) or the listed ones, which must exist."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import numpy as np
+
 from prep.reader.batch import Batch
 from prep.reader.batcher import Batcher
 from prep.reader.prefetch import Prefetcher
@@ -56,6 +58,7 @@ class Pipeline:
         self._started = time.perf_counter()
         self._first: float | None = None
         self._wait, self._rows, self._tokens, self._batches = 0.0, 0, 0, 0
+        self._source_rows, self._source_tokens = np.zeros(spec.sources, np.int64), np.zeros(spec.sources, np.int64)
 
     def next(self) -> Batch:
         """The next batch (StopIteration at the end), timing how long the consumer waited."""
@@ -68,6 +71,9 @@ class Pipeline:
         self._rows += batch.num_rows
         self._tokens += batch.num_tokens
         self._batches += 1
+        if batch.source_rows is not None:
+            self._source_rows += batch.source_rows
+            self._source_tokens += batch.source_tokens
         return batch
 
     def snapshot(self) -> StatsSnapshot:
@@ -80,7 +86,8 @@ class Pipeline:
             unscanned_rows=max(0, self._to_read - self.source.rows_read),
             raw_rows=self.io.queued_rows + self.batcher.pending_rows,
             prefetched_rows=self.batcher.ready_rows + (t.inflight_rows if t else 0),
-            consumed_rows=self._rows, consumed_tokens=self._tokens, consumed_batches=self._batches)
+            consumed_rows=self._rows, consumed_tokens=self._tokens, consumed_batches=self._batches,
+            source_rows=tuple(self._source_rows.tolist()), source_tokens=tuple(self._source_tokens.tolist()))
 
     def shutdown(self) -> None:
         self.last.shutdown()

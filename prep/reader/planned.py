@@ -35,6 +35,8 @@ def plan_spec(plan: PlanSpec | Mapping[str, Any]) -> PlanSpec:
     spec = plan if isinstance(plan, PlanSpec) else PlanSpec.from_json(plan, fill_defaults=True)
     if spec.filter is not None:
         raise PrepError(f"plan filter={spec.filter!r}: reading with a filter needs `prep materialize-shuffle`")
+    if spec.mixture is not None:
+        raise PrepError("plan mixture: a mixture is read from its materialized output (`prep materialize-shuffle --mixture`)")
     return spec
 
 
@@ -48,6 +50,9 @@ class Planned:
         version: the table version (default: the latest, pinned at open).
         s3: where to reach ``s3://`` URIs.
     """
+
+    mixture_batch: int | None = None  # an on-the-fly plan reads one table, never a mixture
+    mixture_tables: tuple[str, ...] | None = None
 
     def __init__(self, uri: str, plan: PlanSpec | Mapping[str, Any], epochs: int | Sequence[int] = 1, *,
                  version: int | None = None, s3: storage.S3Options | None = None) -> None:

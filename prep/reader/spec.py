@@ -33,6 +33,7 @@ class CollateSpec:
         image_shape: ``(H, W, C)`` of image rows.
         image_layout: ``NCHW`` (a channels-last view, no copy) or ``NHWC``.
         return_loss_mask: also return ``loss_mask`` (uint8).
+        sources: tables of a mixture (its rows carry a ``source`` column, counted per batch); 0 otherwise.
     """
 
     kind: Literal["sft", "pretrain", "packed", "images"]
@@ -42,6 +43,7 @@ class CollateSpec:
     image_shape: tuple[int, int, int] | None = None
     image_layout: Literal["NCHW", "NHWC"] = "NCHW"
     return_loss_mask: bool = False
+    sources: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in (*TEXT_KINDS, "images"):
@@ -55,19 +57,20 @@ class CollateSpec:
 
     @property
     def columns(self) -> list[str]:
-        """The columns to read for this kind."""
-        return {
+        """The columns to read for this kind (and ``source`` in a mixture)."""
+        return [*{
             "sft": ["id", "input_ids", "loss_mask"],
             "pretrain": ["id", "input_ids", "loss_mask"],
             "packed": ["id", "input_ids", "loss_mask", "position_ids", "length"],
             "images": ["id", "image", "label"],
-        }[self.kind]
+        }[self.kind], *(["source"] if self.sources else [])]
 
 
 
 def spec_from_metadata(meta: dict[str, Any], columns: Sequence[str], *, pad_id: int | None = None,
                        token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
-                       image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False) -> CollateSpec:
+                       image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
+                       sources: int = 0) -> CollateSpec:
     """The collate spec for a table described by its ``prep`` metadata (kind, tokenizer, image shape).
 
     Raises:
@@ -86,7 +89,8 @@ def spec_from_metadata(meta: dict[str, Any], columns: Sequence[str], *, pad_id: 
         if pad_id is None:
             raise PrepError("the table metadata names no tokenizer pad_id or eos_id: pass pad_id=")
     return CollateSpec(kind=kind, pad_id=int(pad_id or 0), token_dtype=token_dtype, pad_to_multiple_of=pad_to_multiple_of,
-                       image_shape=image_shape, image_layout=image_layout, return_loss_mask=return_loss_mask)
+                       image_shape=image_shape, image_layout=image_layout, return_loss_mask=return_loss_mask,
+                       sources=sources)
 
 
 def row_bytes(meta: dict[str, Any], spec: CollateSpec) -> int:

@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["StatsSnapshot", "Stage", "Verdict", "KNOBS", "diagnose", "verdict", "status_line", "WAIT_FRACTION_BOUND"]
+__all__ = ["StatsSnapshot", "Stage", "Verdict", "KNOBS", "diagnose", "verdict", "status_line", "source_shares", "WAIT_FRACTION_BOUND"]
 
 WAIT_FRACTION_BOUND = 0.05
 
@@ -46,6 +46,8 @@ class StatsSnapshot:
         consumed_rows: rows handed to the consumer.
         consumed_tokens: real tokens handed to the consumer.
         consumed_batches: batches handed to the consumer.
+        source_rows: in a mixture, rows handed to the consumer per source (else empty).
+        source_tokens: in a mixture, real tokens handed to the consumer per source (else empty).
     """
 
     wall_s: float = 0.0
@@ -62,11 +64,16 @@ class StatsSnapshot:
     consumed_rows: int = 0
     consumed_tokens: int = 0
     consumed_batches: int = 0
+    source_rows: tuple[int, ...] = ()
+    source_tokens: tuple[int, ...] = ()
 
     def merged(self, other: "StatsSnapshot") -> "StatsSnapshot":
         """The sum of two pipelines' counters (wall time: the longer; first batch: the earlier)."""
         out = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("wall_s", "first_batch_s")}
+               if f.name not in ("wall_s", "first_batch_s", "source_rows", "source_tokens")}
+        for name in ("source_rows", "source_tokens"):  # per source: element-wise
+            a, b = getattr(self, name), getattr(other, name)
+            out[name] = tuple(x + y for x, y in zip(a, b)) if a and b else (a or b)
         firsts = [x for x in (self.first_batch_s, other.first_batch_s) if x is not None]
         return StatsSnapshot(wall_s=max(self.wall_s, other.wall_s), first_batch_s=min(firsts) if firsts else None, **out)
 
@@ -166,3 +173,18 @@ def status_line(prev: StatsSnapshot, cur: StatsSnapshot, *, epoch: int, num_epoc
         rates = f"{(cur.consumed_tokens - prev.consumed_tokens) / wall:,.0f} tok/s | {rates}"
     return (f"epoch {epoch + 1}/{num_epochs} step {step} | {rates} | {cur.depths} | "
             f"{verdict(prev, cur, consumer=consumer)}")
+
+
+def source_shares(cur: StatsSnapshot) -> str:
+    """What a mixture's consumer has seen so far, per source: its shares of rows and of tokens ("" for one table).
+
+    Example:
+        >>> source_shares(StatsSnapshot(source_rows=(75, 25), source_tokens=(6000, 4000)))
+        'sources rows 0.750/0.250 tokens 0.600/0.400 (75/25 rows, 6,000/4,000 tokens)'
+    """
+    if not cur.source_rows:
+        return ""
+    rows, tokens = sum(cur.source_rows) or 1, sum(cur.source_tokens) or 1
+    return (f"sources rows {'/'.join(f'{r / rows:.3f}' for r in cur.source_rows)} "
+            f"tokens {'/'.join(f'{t / tokens:.3f}' for t in cur.source_tokens)} "
+            f"({'/'.join(str(r) for r in cur.source_rows)} rows, {'/'.join(f'{t:,}' for t in cur.source_tokens)} tokens)")

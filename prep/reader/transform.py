@@ -103,4 +103,5 @@ class Transformer:
         if not isinstance(out, dict):
             raise ReaderError(f"transform returned {type(out).__name__} on epoch {batch.epoch} step {batch.step}; "
                               "it must return a dict of tensors")
-        return Batch.make(out, epoch=batch.epoch, step=batch.step, ids=batch.ids, num_tokens=batch.num_tokens)
+        return Batch.make(out, epoch=batch.epoch, step=batch.step, ids=batch.ids, num_tokens=batch.num_tokens,
+                          source_rows=batch.source_rows, source_tokens=batch.source_tokens)

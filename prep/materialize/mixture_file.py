@@ -1,0 +1,83 @@
+"""The mixture file: a small validated YAML naming the tables of a mixture and their weights.
+
+::
+
+    weight_by: rows            # or tokens: what the weights are shares of, always stated
+    global_batch: 96           # proportions hold in every run of this many rows
+    sources:
+      - {table: out/gsm8k-sft.lance, weight: 3}
+      - {table: out/alpaca-sft.lance, weight: 1, filter: "length <= 1024", max_repeats: 2}
+
+Optional top-level keys: ``epoch_rows`` or ``epoch_tokens`` (default: as many rows as
+the sources hold together), ``seed`` (0), ``clump`` (1). Per source: ``filter``,
+``columns``, ``max_repeats``. An unknown key or a wrong type is a one-line error naming
+the file and the key (:func:`prep.config.load_config`). Relative table paths resolve
+from the current directory, like every prep config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from prep.config import ConfigModel, load_config
+from prep.errors import PrepError
+from prep.plan.spec import MixtureSource, MixtureSpec, PlanSpec
+
+__all__ = ["MixtureFile", "load_mixture"]
+
+
+class _Strict(ConfigModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class SourceEntry(_Strict):
+    """One ``sources`` entry (see :class:`prep.plan.spec.MixtureSource`)."""
+
+    table: str = Field(min_length=1)
+    weight: float = Field(gt=0)
+    filter: str | None = Field(default=None, min_length=1)
+    columns: list[str] | None = Field(default=None, min_length=1)
+    max_repeats: float | None = Field(default=None, gt=0)
+
+
+class MixtureFile(_Strict):
+    """The mixture file (module docstring)."""
+
+    sources: list[SourceEntry] = Field(min_length=1)
+    weight_by: Literal["rows", "tokens"]
+    global_batch: int = Field(ge=1)
+    epoch_rows: int | None = Field(default=None, ge=1)
+    epoch_tokens: int | None = Field(default=None, ge=1)
+    seed: int = Field(default=0, ge=0)
+    clump: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _one_epoch_size(self) -> "MixtureFile":
+        if self.epoch_rows is not None and self.epoch_tokens is not None:
+            raise ValueError("give epoch_rows or epoch_tokens, not both")
+        return self
+
+    def plan(self, num_splits: int) -> PlanSpec:
+        """The plan of this file with ``num_splits`` splits (table versions not pinned yet)."""
+        return PlanSpec(num_splits=num_splits, seed=self.seed, clump=self.clump, mixture=MixtureSpec(
+            sources=tuple(MixtureSource(table=s.table, weight=s.weight, filter=s.filter,
+                                        columns=tuple(s.columns) if s.columns else None, max_repeats=s.max_repeats)
+                          for s in self.sources),
+            weight_by=self.weight_by, global_batch=self.global_batch, epoch_rows=self.epoch_rows,
+            epoch_tokens=self.epoch_tokens))
+
+
+def load_mixture(path: str | Path, num_splits: int) -> PlanSpec:
+    """The plan a mixture file asks for.
+
+    Raises:
+        PrepError: one line naming ``path`` and the bad key.
+    """
+    mix = load_config(MixtureFile, path)
+    try:
+        return mix.plan(num_splits)
+    except PrepError as exc:
+        raise PrepError(f"{path}: {exc}") from None

@@ -1,0 +1,143 @@
+"""``prep verify`` for a mixture: recompute the plan, check every split and every global batch against it.
+
+Per split: rows and content checksum as the manifest says, the ``source`` column
+exactly the plan's sources in read order and (with ``id`` columns) the ids exactly
+the planned rows of those sources. Per global batch (``b = G/S`` rows of each split):
+the rows of each source are the plan's, and by rows each is ``floor`` or ``ceil`` of
+``G*w``. Per epoch: the rows and tokens per source counted on disk equal the
+manifest's. A row swapped between sources breaks the first and the second check.
+The notes say what every epoch held (shares of rows and tokens per source), so a
+user sees the proportions the model will see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prep import lance_io, storage
+from prep.checksum import dataset_checksum
+from prep.errors import PrepError, one_line
+from prep.manifest import Manifest
+from prep.materialize.mixture import epoch_plan
+from prep.materialize.mixture_sources import SOURCE_COLUMN, OpenSource, open_sources, row_tokens
+from prep.plan import mixture as mixplan
+from prep.plan.spec import MixtureSpec
+
+__all__ = ["Findings", "check_mixture"]
+
+
+@dataclass
+class Findings:
+    """What :func:`check_mixture` read and found."""
+
+    rows: int = 0
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _selected_ids(s: OpenSource) -> np.ndarray:
+    return s.dataset.to_table(columns=["id"], filter=s.spec.filter).column("id").to_numpy()
+
+
+def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None, check_ids: bool,
+                  max_problems: int) -> Findings:
+    """Checks the mixture output at ``path`` (its manifest already read) against its recomputed plan."""
+    out = Findings()
+    p, mix = manifest.plan, manifest.plan.mixture
+    for src in mix.sources:
+        latest = lance_io.open_table(src.table, storage_options=storage.lance_storage_options(src.table, s3)).version
+        if latest != src.version:
+            out.problems.append(f"mixture table {src.table} changed: materialized from version {src.version}, now at "
+                                f"version {latest}; re-run materialize-shuffle (with --overwrite)")
+    if out.problems:
+        return out
+    sources = open_sources(mix, s3 or storage.S3Options())
+    first = mix.sources[0]
+    if p.fingerprint(first.table, first.version) != manifest.fingerprint:
+        out.problems.append("the manifest fingerprint does not match its plan: the manifest was edited")
+    for s, t in zip(sources, manifest.mixture):
+        if s.selected != t.selected_rows:
+            out.problems.append(f"mixture table {t.uri}: {s.selected} rows selected now, the manifest says {t.selected_rows}")
+    has_ids = check_ids and "id" in manifest.columns
+    ids = [_selected_ids(s) for s in sources] if has_ids else None
+    if not has_ids:
+        out.notes.append("no id column in the output: rows checked by source and count, not identity")
+    g, n = mix.global_batch, len(sources)
+    token_columns = ["length"] if "length" in manifest.columns else ["input_ids"] if "input_ids" in manifest.columns else []
+    for entry in manifest.epochs:
+        seq = epoch_plan(p, sources, entry.epoch)
+        got_source = np.zeros(mix.epoch_rows, dtype=np.int64) - 1
+        rows, tokens = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        for sp in entry.splits:
+            where = f"epoch {entry.epoch} split {sp.split}"
+            uri = storage.join(path, sp.path)
+            at = mixplan.split_positions(mix.epoch_rows, g, p.num_splits, sp.split)
+            try:
+                count, checksum = dataset_checksum(uri, storage.lance_storage_options(uri, s3))
+                table = lance_io.open_table(uri, storage_options=storage.lance_storage_options(uri, s3)).to_table(
+                    columns=[c for c in ("id", SOURCE_COLUMN) if c in manifest.columns] + token_columns)
+            except (PrepError, OSError, ValueError) as exc:
+                out.problems.append(f"{where}: {uri} cannot be read ({one_line(exc)}): rerun materialize-shuffle")
+                continue
+            out.rows += count
+            if checksum != sp.checksum:
+                out.problems.append(f"{where}: checksum {checksum[:12]}... != manifest {sp.checksum[:12]}...")
+            if count != len(at) or sp.num_rows != len(at):
+                out.problems.append(f"{where}: {count} rows on disk, manifest {sp.num_rows}, plan {len(at)}")
+                continue
+            which = np.asarray(table.column(SOURCE_COLUMN), dtype=np.int64)
+            got_source[at] = which
+            rows += np.bincount(which, minlength=n)[:n]
+            tokens += np.bincount(which, weights=row_tokens(table), minlength=n)[:n].astype(np.int64)
+            bad = np.flatnonzero(which != seq.source[at])
+            if len(bad):
+                out.problems.append(f"{where}: row {bad[0]} is from source {which[bad[0]]}, the plan puts source "
+                                    f"{seq.source[at][bad[0]]} there ({len(bad)} rows differ)")
+            elif has_ids:
+                want = np.empty(len(at), dtype=np.uint64)
+                for i in range(n):
+                    mine = seq.source[at] == i
+                    want[mine] = ids[i][seq.row[at][mine]]
+                got = table.column("id").to_numpy()
+                if not np.array_equal(want, got):
+                    out.problems.append(f"{where}: ids differ from the plan (first at row {int(np.argmax(want != got))})")
+            if len(out.problems) >= max_problems:
+                return out
+        _check_batches(out, entry.epoch, got_source, seq, mix, n)
+        if entry.source_rows != tuple(rows) or entry.source_tokens != tuple(tokens):
+            out.problems.append(f"epoch {entry.epoch}: rows/tokens per source on disk {rows.tolist()}/{tokens.tolist()}, "
+                                f"the manifest says {list(entry.source_rows or ())}/{list(entry.source_tokens or ())}")
+        weights = np.array([s.weight for s in mix.sources]) / sum(s.weight for s in mix.sources)
+        out.notes.append(f"epoch {entry.epoch}: {mix.epoch_rows // g} global batches of {g}; by {mix.weight_by}, "
+                         f"weights {_shares(weights)}; rows {_shares(rows / max(1, rows.sum()))}, "
+                         f"tokens {_shares(tokens / max(1, tokens.sum()))}")
+    return out
+
+
+def _check_batches(out: Findings, epoch: int, got: np.ndarray, seq: mixplan.EpochSequence, mix: MixtureSpec,
+                   n: int) -> None:
+    """Each global batch's rows per source on disk against the plan (by rows: and against floor/ceil of ``G*w``)."""
+    g = mix.global_batch
+    if (got < 0).any():
+        return  # a split that could not be read is reported already
+    per_batch = lambda s: np.stack([np.bincount(x, minlength=n) for x in s.reshape(-1, g)])  # noqa: E731
+    achieved, planned = per_batch(got), per_batch(seq.source.astype(np.int64))
+    differ = np.flatnonzero((achieved != planned).any(axis=1))
+    if len(differ):
+        t = int(differ[0])
+        out.problems.append(f"epoch {epoch} global batch {t}: rows per source {achieved[t].tolist()}, the plan "
+                            f"{planned[t].tolist()} ({len(differ)} global batches differ)")
+    if mix.weight_by == "rows":
+        share = np.array([s.weight for s in mix.sources], dtype=np.float64)
+        share = share / share.sum() * g
+        off = (achieved < np.floor(share - 1e-9)) | (achieved > np.ceil(share + 1e-9))
+        if off.any():
+            t = int(np.flatnonzero(off.any(axis=1))[0])
+            out.problems.append(f"epoch {epoch} global batch {t}: rows per source {achieved[t].tolist()} not within "
+                                f"floor/ceil of {np.round(share, 2).tolist()}")
+
+
+def _shares(x: np.ndarray) -> str:
+    return "/".join(f"{v:.3f}" for v in x)

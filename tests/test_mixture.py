@@ -1,0 +1,273 @@
+"""Mixtures end to end: materialize several real tables by weight, read them back, verify them.
+
+Tables: real GSM8K SFT rows (mistral-v3), a second SFT table made here from other GSM8K
+rows, a tiny one (upsampled), and for the refusals a packed table and a table with
+another tokenizer. Every check reads what was written: the reader's batches, the split
+datasets, ``prep verify``'s report.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+from dataclasses import replace
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import reader_fixtures as rf
+from tables import kill_midway
+from prep.checksum import dataset_checksum
+from prep.cli import main
+from prep.errors import PrepError
+from prep.manifest import read_manifest, write_manifest
+from prep.materialize import materialize_mixture
+from prep.materialize.mixture_file import load_mixture
+from prep.plan.spec import MixtureSource, MixtureSpec, PlanSpec
+from prep.reader import ReaderDataset
+from prep.verify import verify
+
+S, G = 4, 16
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory, shared_data) -> dict[str, str]:
+    """gsm8k (300 rows), other (100 other GSM8K rows, fresh ids), tiny (6 rows), packed, foreign (another tokenizer)."""
+    root = tmp_path_factory.mktemp("mixture-tables")
+    rows = rf.gsm8k_sft(400)
+    meta = rf.sft_metadata(300, 0)
+    made = {"gsm8k": rows.slice(0, 300), "other": rows.slice(300, 100), "tiny": rows.slice(0, 6)}
+    out = {}
+    for salt, (name, table) in enumerate(made.items()):
+        table = table.set_column(0, "id", pa.array(rf.row_ids(table.num_rows, salt=salt + 1)))
+        out[name] = str(root / f"{name}.lance")
+        rf.write_table(out[name], table, meta)
+    packed, packed_meta = rf.packed_table(64, 32, 0)
+    out["packed"] = str(root / "packed.lance")
+    rf.write_table(out["packed"], packed.drop_columns(["position_ids"]).slice(0, 64), packed_meta)
+    foreign = {**meta, "tokenizer": {**meta["tokenizer"], "hash": "another-tokenizer"}}
+    out["foreign"] = str(root / "foreign.lance")
+    rf.write_table(out["foreign"], made["other"], foreign)
+    return out
+
+
+def mixture(tables: dict[str, str], weights: dict[str, float], *, by: str = "rows", epoch_rows: int | None = 320,
+            **source_keys) -> PlanSpec:
+    return PlanSpec(num_splits=S, seed=5, mixture=MixtureSpec(
+        sources=tuple(MixtureSource(table=tables[n], weight=w, **source_keys.get(n, {})) for n, w in weights.items()),
+        weight_by=by, global_batch=G, epoch_rows=epoch_rows))
+
+
+def global_batches(out: str, world_size: int, gbs: int = G, epochs=None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(ids, per-source rows) of every global batch, the ranks' local batches put together."""
+    per_rank = [list(ReaderDataset(out, global_batch_size=gbs, rank=r, world_size=world_size, epochs=epochs))
+                for r in range(world_size)]
+    return [(np.concatenate([b.ids for b in step]), np.sum([b.source_rows for b in step], axis=0))
+            for step in zip(*per_rank)]
+
+
+# ---------------------------------------------------------------- proportions
+
+
+@pytest.mark.parametrize("weights", [
+    {"gsm8k": 3, "other": 1},
+    {"gsm8k": 1, "other": 1, "tiny": 0.02},  # a source far below one row a batch
+    {"gsm8k": 1, "tiny": 1},                  # the tiny source repeats ~27 times an epoch, a fresh order each pass
+], ids=["3-1", "tiny-weight", "upsampled"])
+def test_every_global_batch_holds_each_source_within_one_row_of_its_share(tables, tmp_path, weights):
+    out = str(tmp_path / "out")
+    manifest = materialize_mixture(mixture=mixture(tables, weights), output=out, epochs=2, executor="local")
+    share = np.array(list(weights.values())) / sum(weights.values()) * G
+    batches = global_batches(out, 1)
+    assert len(batches) == 2 * 320 // G
+    counts = np.stack([c for _, c in batches])
+    assert (counts >= np.floor(share)).all() and (counts <= np.ceil(share)).all()
+    assert (np.abs(np.cumsum(counts, axis=0) - np.outer(np.arange(1, len(counts) + 1), share)) < 1).all()
+    assert [list(e.source_rows) for e in manifest.epochs] == [counts[i * 20:(i + 1) * 20].sum(axis=0).tolist() for i in (0, 1)]
+    report = verify(out)
+    assert report.ok, report.problems
+    assert report.rows == 2 * 320 and "weights" in report.notes[-1]
+    if "tiny" in weights and weights["tiny"] == 1:  # upsampled: every pass over its 6 rows is a fresh order of all 6
+        tiny_ids = set(lance.dataset(tables["tiny"]).to_table().column("id").to_pylist())
+        seen = [i for ids, _ in batches for i in ids.tolist() if i in tiny_ids]
+        assert all(set(seen[k:k + 6]) == tiny_ids for k in range(0, len(seen) - 5, 6))
+        assert len({tuple(seen[k:k + 6]) for k in range(0, 60, 6)}) > 1
+
+
+def test_by_tokens_each_sources_tokens_stay_within_a_few_rows_of_its_share_at_every_global_batch(tables, tmp_path):
+    weights = {"gsm8k": 2, "other": 1, "tiny": 0.5}
+    out = str(tmp_path / "out")
+    materialize_mixture(mixture=mixture(tables, weights, by="tokens"), output=out, epochs=1, executor="local")
+    ds = ReaderDataset(out, global_batch_size=G, rank=0, world_size=1)
+    tokens = np.cumsum([b.source_tokens for b in ds], axis=0)  # consumed per source, at each global batch's end
+    assert tuple(tokens[-1]) == ds.stats().source_tokens == read_manifest(out).epoch(0).source_tokens  # reader == writer
+    share = np.array(list(weights.values())) / sum(weights.values())
+    longest = max(int(np.max(lance.dataset(tables[n]).to_table(columns=["length"]).column("length"))) for n in weights)
+    # the bound prep.plan.mixture's tests check on every prefix: (1 + sources) / 2 of the longest row
+    assert np.abs(tokens - np.outer(tokens.sum(axis=1), share)).max() <= longest * (1 + len(weights)) / 2
+    assert "sources rows" in ds.status_line()
+    assert verify(out).ok
+
+
+def test_an_epoch_size_in_tokens_becomes_whole_global_batches_of_about_that_many_tokens(tables, tmp_path):
+    base = mixture(tables, {"gsm8k": 1, "other": 1}, epoch_rows=None)
+    plan = replace(base, mixture=replace(base.mixture, epoch_tokens=40_000))
+    manifest = materialize_mixture(mixture=plan, output=str(tmp_path / "out"), epochs=1, executor="local")
+    rows, tokens = manifest.plan.mixture.epoch_rows, sum(manifest.epochs[0].source_tokens)
+    assert rows % G == 0 and sum(manifest.epochs[0].source_rows) == rows
+    assert abs(tokens - 40_000) < 0.1 * 40_000  # the mean row of this mixture, times whole global batches
+
+
+# ---------------------------------------------------------------- elasticity, resume, rerun
+
+
+def test_every_world_size_dividing_the_splits_reads_the_same_global_batches_and_a_multiple_of_g_keeps_them(tables, tmp_path):
+    out = str(tmp_path / "out")
+    materialize_mixture(mixture=mixture(tables, {"gsm8k": 3, "other": 1}), output=out, epochs=1, executor="local")
+    one = global_batches(out, 1)
+    for world in (2, 4):
+        assert all(np.array_equal(a[0], b[0]) for a, b in zip(one, global_batches(out, world), strict=True))
+    doubled = global_batches(out, 2, gbs=2 * G)  # each reader batch is two whole mixture batches: same rows, same counts
+    assert [sorted(ids.tolist()) for ids, _ in doubled] == [sorted(np.concatenate([one[2 * t][0], one[2 * t + 1][0]]).tolist())
+                                                           for t in range(len(one) // 2)]
+    assert all((c == one[2 * t][1] + one[2 * t + 1][1]).all() for t, (_, c) in enumerate(doubled))
+    with pytest.raises(PrepError, match=rf"global_batch_size=24 is not a multiple of the mixture's global batch {G}"):
+        ReaderDataset(out, global_batch_size=24, rank=0, world_size=1)
+
+
+def test_resuming_mid_epoch_reads_what_the_uninterrupted_run_reads(tables, tmp_path):
+    out = str(tmp_path / "out")
+    materialize_mixture(mixture=mixture(tables, {"gsm8k": 1, "other": 1, "tiny": 0.02}), output=out, epochs=2, executor="local")
+    whole = [b.ids for b in ReaderDataset(out, global_batch_size=G, rank=0, world_size=1)]
+    first = ReaderDataset(out, global_batch_size=G, rank=0, world_size=1)
+    head = []
+    for b in first:
+        head.append(b.ids)
+        if len(head) == 27:  # mid epoch 1
+            break
+    state = first.state_dict()
+    again = ReaderDataset(out, global_batch_size=G, rank=0, world_size=1)
+    again.load_state_dict(state)
+    rest = [b.ids for b in again]
+    assert len(head) + len(rest) == len(whole)
+    assert all(np.array_equal(a, b) for a, b in zip(head + rest, whole))
+
+
+def test_a_run_killed_midway_then_rerun_writes_what_an_uninterrupted_run_writes_and_so_does_ray(tables, tmp_path, ray_local):
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"weight_by: rows\nglobal_batch: 16\nsources:\n  - {{table: {tables['gsm8k']}, weight: 3}}\n"
+                   f"  - {{table: {tables['other']}, weight: 1}}\n")
+    out = tmp_path / "killed"
+    args = ["materialize-shuffle", "--mixture", str(mix), "--output", str(out), "--epochs", "3", "--splits", "16",
+            "--read-rows", "4", "--num-cpus", "1"]
+    kill_midway(args, out, env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, records=3)
+    done = glob.glob(f"{out}/epoch-*/*.done.json")
+    assert 3 <= len(done) < 48, "not killed mid-run"
+    assert not (out / "manifest.json").exists()
+    survivors = {p: os.stat(p).st_mtime_ns for p in done}
+    resumed = materialize_mixture(mixture=mix, output=str(out), epochs=3, splits=16, executor="local")
+    assert {p: os.stat(p).st_mtime_ns for p in survivors} == survivors  # finished, not redone
+    clean = materialize_mixture(mixture=mix, output=str(tmp_path / "clean"), epochs=3, splits=16, executor="local")
+    assert resumed.to_json() == clean.to_json()
+    on_ray = materialize_mixture(mixture=mix, output=str(tmp_path / "ray"), epochs=3, splits=16, executor="ray")
+    assert [e.splits for e in on_ray.epochs] == [e.splits for e in clean.epochs]
+    assert [e.source_tokens for e in on_ray.epochs] == [e.source_tokens for e in clean.epochs]
+
+
+def test_taking_rows_from_the_tables_writes_what_holding_them_writes(tables, tmp_path, monkeypatch):
+    plan = mixture(tables, {"gsm8k": 3, "other": 1}, gsm8k={"filter": "length <= 200"})
+    held = materialize_mixture(mixture=plan, output=str(tmp_path / "held"), epochs=1, executor="local")
+    monkeypatch.setattr("prep.materialize.mixture.HOLD_BYTES", 0)  # too big to hold: each split takes from the tables
+    taken = materialize_mixture(mixture=plan, output=str(tmp_path / "taken"), epochs=1, executor="local", read_rows=7)
+    assert [e.splits for e in taken.epochs] == [e.splits for e in held.epochs]
+    assert taken.mixture[0].selected_rows < taken.mixture[0].num_rows
+    assert verify(str(tmp_path / "taken")).ok
+
+
+# ---------------------------------------------------------------- verify catches tampering
+
+
+def _swap(out: str, epoch: int, split: int, a: int, b: int) -> None:
+    """Swaps rows ``a`` and ``b`` of a split dataset and re-signs the manifest, so only the plan can tell."""
+    uri = os.path.join(out, f"epoch-{epoch:05d}/split-{split:05d}.lance")
+    table = lance.dataset(uri).to_table()
+    order = np.arange(table.num_rows)
+    order[[a, b]] = order[[b, a]]
+    shutil.rmtree(uri)
+    lance.write_dataset(table.take(pa.array(order)), uri, data_storage_version="2.0")
+    manifest = read_manifest(out)
+    rows, checksum = dataset_checksum(uri, None)
+    e = manifest.epoch(epoch)
+    splits = tuple(replace(s, checksum=checksum) if s.split == split else s for s in e.splits)
+    write_manifest(out, replace(manifest, epochs=tuple(replace(x, splits=splits) if x.epoch == epoch else x
+                                                         for x in manifest.epochs)))
+
+
+def test_verify_catches_a_row_swapped_between_sources_across_global_batches(tables, tmp_path):
+    out = str(tmp_path / "out")
+    materialize_mixture(mixture=mixture(tables, {"gsm8k": 3, "other": 1}), output=out, epochs=1, executor="local")
+    source = lance.dataset(os.path.join(out, "epoch-00000/split-00002.lance")).to_table().column("source").to_numpy()
+    a = int(np.flatnonzero(source == 0)[0])
+    b = int(np.flatnonzero(source == 1)[-1])  # another global batch (b = G/S = 4 rows of each)
+    assert a // (G // S) != b // (G // S)
+    _swap(out, 0, 2, a, b)
+    report = verify(out)
+    assert not report.ok
+    text = " | ".join(report.problems)
+    assert f"epoch 0 split 2: row {min(a, b)} is from source" in text
+    assert "global batch" in text and "rows per source" in text
+
+
+# ---------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("other,says", [
+    ("foreign", "were tokenized with different tokenizers"),
+    ("packed", "packed and unpacked tables cannot be mixed"),
+])
+def test_tables_that_cannot_share_an_output_are_refused_naming_both(tables, tmp_path, other, says):
+    with pytest.raises(PrepError) as err:
+        materialize_mixture(mixture=mixture(tables, {"gsm8k": 1, other: 1}), output=str(tmp_path / "o"), epochs=1)
+    msg = str(err.value)
+    assert says in msg and tables["gsm8k"] in msg and tables[other] in msg and "\n" not in msg
+    assert not os.path.exists(tmp_path / "o" / "manifest.json")
+
+
+def test_an_on_the_fly_plan_refuses_a_mixture(tables):
+    with pytest.raises(PrepError, match="a mixture is read from its materialized output"):
+        ReaderDataset(tables["gsm8k"], global_batch_size=G, rank=0, world_size=1, plan=mixture(tables, {"gsm8k": 1}))
+
+
+def test_a_source_asked_to_repeat_more_than_its_max_repeats_is_refused(tables, tmp_path):
+    plan = mixture(tables, {"gsm8k": 1, "tiny": 1}, tiny={"max_repeats": 3})  # 160 rows of 6 an epoch
+    with pytest.raises(PrepError, match=r"epoch 0 takes 160 rows of its 6 \(26.67 passes\), more than its max_repeats 3"):
+        materialize_mixture(mixture=plan, output=str(tmp_path / "o"), epochs=1, executor="local")
+
+
+def test_the_mixture_file_is_strict_and_the_cli_materializes_it(tables, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"weight_by: rows\nglobal_batch: {G}\nsources:\n  - {{table: {tables['gsm8k']}, weight: 1, wieght: 2}}\n")
+    with pytest.raises(PrepError, match=r"bad.yaml: key 'sources.0.wieght': Extra inputs are not permitted"):
+        load_mixture(bad, S)
+    bad.write_text(f"weight_by: rows\nglobal_batch: '{G}'\nsources:\n  - {{table: {tables['gsm8k']}, weight: 1}}\n")
+    with pytest.raises(PrepError, match=r"bad.yaml: key 'global_batch'"):
+        load_mixture(bad, S)
+    good = tmp_path / "mix.yaml"  # the five lines of docs/materialize.md
+    good.write_text(f"weight_by: rows\nglobal_batch: {G}\nsources:\n  - {{table: {tables['gsm8k']}, weight: 3, filter: 'length <= 256'}}\n"
+                    f"  - {{table: {tables['other']}, weight: 1}}\n")
+    out = str(tmp_path / "out")
+    assert main(["materialize-shuffle", "--mixture", str(good), "--output", out, "--epochs", "3", "--splits", str(S)]) == 0
+    printed = capsys.readouterr().out
+    assert "rows 0.750" in printed and "weight 0.750" in printed
+    manifest = read_manifest(out)
+    doc = json.load(open(os.path.join(out, "manifest.json")))
+    assert [t["uri"] for t in doc["mixture"]["tables"]] == [tables["gsm8k"], tables["other"]]
+    assert len(manifest.epochs) == 3 and all(e.source_rows[0] == 3 * e.source_rows[1] for e in manifest.epochs)
+    assert main(["verify", out]) == 0
+    assert "rows 0.750/0.250" in capsys.readouterr().out
+    assert main(["materialize-shuffle", "--mixture", str(good), "--output", out, "--epochs", "1", "--seed", "3"]) != 0
+    assert "--seed: with --mixture" in capsys.readouterr().err
