@@ -21,6 +21,7 @@ from prep import plan
 from prep.materialize.held import Held
 from prep.materialize.job import Job, _dataset
 from prep.materialize.rows import bytes_per_row, read_range
+from prep.materialize.take import take
 from prep.materialize.write import _write_split
 
 __all__ = ["GATHER_CHUNK_BYTES"]
@@ -38,7 +39,7 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
     splits = plan.assign_rows(positions=np.arange(start, stop), hash_keys=hash_keys, **job.split_kwargs())
     order = np.argsort(splits, kind="stable")
     bounds = np.searchsorted(splits[order], np.arange(job.plan["num_splits"] + 1))
-    grouped = table.combine_chunks().take(pa.array(order))
+    grouped = take(table.combine_chunks(), order)
     # Ray stores each slice compactly (only the slice's bytes), measured: no per-split copy needed here
     pieces = tuple(grouped.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:]))
     return pieces if len(pieces) > 1 else pieces[0]

@@ -10,7 +10,7 @@ of splits read in one sequential pass (:mod:`prep.materialize.local`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
@@ -19,6 +19,7 @@ import pyarrow as pa
 from prep import plan
 from prep.materialize.job import Job, _dataset
 from prep.materialize.rows import read_range
+from prep.materialize.take import byte_view, from_byte_view
 
 __all__ = ["Held", "hold_splits", "reads_scattered", "SCATTERED_BELOW_CLUMP", "SLICE_FROM_RUN_ROWS"]
 
@@ -47,12 +48,20 @@ class Held:
 
     rows: pa.Table
     positions: np.ndarray
+    _view: pa.Table = field(init=False, repr=False)  # rows with token lists as byte blocks (prep.materialize.take)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_view", byte_view(self.rows))
 
     def batches(self, order: np.ndarray, batch_rows: int) -> Iterator[pa.RecordBatch]:
         """The rows at positions ``order`` (all held), in that order, ``batch_rows`` at a time."""
-        local = np.searchsorted(self.positions, order)
+        first, count = (int(self.positions[0]), len(self.positions)) if len(self.positions) else (0, 0)
+        if count and int(self.positions[-1]) - first == count - 1:  # a range of positions (all rows held)
+            local = np.asarray(order, dtype=np.int64) - first
+        else:
+            local = np.searchsorted(self.positions, order)
         for i in range(0, len(local), batch_rows):
-            yield from _pick(self.rows, local[i : i + batch_rows]).to_batches()
+            yield from from_byte_view(_pick(self._view, local[i : i + batch_rows]), self.rows.schema).to_batches()
 
 
 def _pick(rows: pa.Table, index: np.ndarray) -> pa.Table:
@@ -60,10 +69,11 @@ def _pick(rows: pa.Table, index: np.ndarray) -> pa.Table:
 
     A take copies row by row; with runs of ``SLICE_FROM_RUN_ROWS`` rows or more on
     average, slicing the runs and concatenating them once is ~6x cheaper (clump 64, measured).
+    Token lists are byte blocks here (:func:`prep.materialize.take.byte_view`), so both copy a row at a time.
     """
     breaks = np.flatnonzero(np.diff(index) != 1) + 1
     if (len(breaks) + 1) * SLICE_FROM_RUN_ROWS > len(index):
-        return rows.take(pa.array(index))
+        return rows.take(pa.array(index, type=pa.int64()))
     bounds = zip(np.r_[0, breaks], np.r_[breaks, len(index)])
     return pa.concat_tables([rows.slice(int(index[a]), int(b - a)) for a, b in bounds]).combine_chunks()
 
