@@ -10,8 +10,7 @@ from prep.materialize.held import Held
 from prep.materialize.take import byte_view, take
 
 
-def _table() -> pa.Table:
-    rows = 50
+def _table(rows: int = 50) -> pa.Table:
     return pa.table({
         "id": pa.array(np.arange(rows), pa.uint64()),
         "input_ids": pa.array([[1, 2], None, [], [3, 4, 5], [6]] * (rows // 5), pa.list_(pa.int32())),
@@ -37,12 +36,14 @@ def test_block_take_is_arrows_take(view):
     assert byte_view(table).schema.field("null_values").type == table.schema.field("null_values").type
 
 
-@pytest.mark.parametrize("clump", [1, 16, 50])
+@pytest.mark.parametrize("clump", [1, 16, 64])
 def test_held_rows_come_out_in_any_order_exactly(clump):
-    """Held takes runs (clumps) as slices and single rows as blocks; both must equal Arrow's take."""
-    table = _table()
-    order = np.concatenate([np.arange(a, min(a + clump, 50)) for a in np.random.default_rng(1).permutation(range(0, 50, clump))])
-    for positions in (np.arange(100, 150), np.arange(0, 100, 2)):  # a range of positions, and scattered ones
-        held = Held(table, positions)
-        got = pa.Table.from_batches(list(held.batches(positions[order], batch_rows=7)))
-        assert got.equals(table.take(pa.array(order)))
+    """Held takes runs (clumps) as slices and single rows as blocks, from the pieces holding them: Arrow's take."""
+    table = _table(200)
+    order = np.concatenate([np.arange(a, min(a + clump, 200)) for a in np.random.default_rng(1).permutation(range(0, 200, clump))])
+    pieces = [table.slice(0, 13), table.slice(13, 0), pa.concat_tables([table.slice(13, 4), table.slice(17, 20)]), table.slice(37)]
+    for positions in (np.arange(100, 300), np.arange(0, 400, 2)):  # a range of positions, and scattered ones
+        for held in (Held([table], positions), Held(pieces, positions)):  # one piece, or cut anywhere as read
+            for batch_rows in (7, 200):  # batches of single rows and runs, or of long runs (sliced)
+                got = pa.Table.from_batches(list(held.batches(positions[order], batch_rows=batch_rows)))
+                assert got.equals(table.take(pa.array(order)))

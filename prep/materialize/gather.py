@@ -4,8 +4,8 @@ A Lance ``take`` per row costs ~5x a scan, so with small clumps
 (:func:`prep.materialize.held.reads_scattered`) map tasks scan
 contiguous chunks once per run and cut them into one piece per split (Ray
 object store, spilled to disk when full); each (epoch, split) task
-concatenates its pieces (its rows in position order) and takes them into the
-epoch's order in memory (:mod:`prep.materialize.held`). The map pass is shared
+takes its rows into the epoch's order from its pieces (its rows in position
+order, not concatenated: :mod:`prep.materialize.held`). The map pass is shared
 by all epochs of the run. The local executor needs no object store: it holds
 the rows in its own memory (:mod:`prep.materialize.local`).
 """
@@ -48,7 +48,7 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
 def _write_gathered(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, *pieces: pa.Table) -> dict[str, Any]:
     """Gather, reduce side: the split's pieces (its rows in position order) -> its dataset."""
     positions = np.sort(plan.split_rows(split=split, epoch=epoch, hash_keys=hash_keys, **job.split_kwargs()))
-    return _write_split(job, epoch, split, hash_keys, Held(pa.concat_tables(pieces).combine_chunks(), positions))
+    return _write_split(job, epoch, split, hash_keys, Held(pieces, positions))
 
 
 def _gather_pieces(job: Job, source: Any, remote, hash_ref) -> list[list]:
