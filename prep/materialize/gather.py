@@ -18,10 +18,9 @@ import numpy as np
 import pyarrow as pa
 
 from prep import plan
-from prep.materialize.held import Held
+from prep.materialize.held import Held, rows_at
 from prep.materialize.job import Job, _dataset
 from prep.materialize.rows import bytes_per_row, read_range
-from prep.materialize.take import take
 from prep.materialize.write import _write_split
 
 __all__ = ["GATHER_CHUNK_BYTES"]
@@ -36,10 +35,11 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
     full) and serve every epoch of this run.
     """
     table = read_range(job, _dataset(job, job.source, job.version), start, stop)
-    splits = plan.assign_rows(positions=np.arange(start, stop), hash_keys=hash_keys, **job.split_kwargs())
+    positions = np.arange(start, stop)
+    splits = plan.assign_rows(positions=positions, hash_keys=hash_keys, **job.split_kwargs())
     order = np.argsort(splits, kind="stable")
     bounds = np.searchsorted(splits[order], np.arange(job.plan["num_splits"] + 1))
-    grouped = take(table.combine_chunks(), order)
+    grouped = rows_at([table], positions, positions[order])
     # Ray stores each slice compactly (only the slice's bytes), measured: no per-split copy needed here
     pieces = tuple(grouped.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:]))
     return pieces if len(pieces) > 1 else pieces[0]

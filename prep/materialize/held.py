@@ -20,7 +20,7 @@ from prep.materialize.job import Job, _dataset
 from prep.materialize.rows import read_range
 from prep.materialize.take import byte_view, from_byte_view
 
-__all__ = ["Held", "hold_splits", "reads_scattered", "SCATTERED_BELOW_CLUMP", "SLICE_FROM_RUN_ROWS"]
+__all__ = ["Held", "rows_at", "hold_splits", "reads_scattered", "SCATTERED_BELOW_CLUMP", "SLICE_FROM_RUN_ROWS"]
 
 SCATTERED_BELOW_CLUMP = 16  # clumps smaller than this make a Lance take read scattered rows (see reads_scattered)
 SLICE_FROM_RUN_ROWS = 16  # average run length from which runs are sliced rather than taken (see Held._pick)
@@ -87,11 +87,17 @@ class Held:
         cuts = np.flatnonzero(np.diff(grouped_piece)) + 1
         taken = [self._views[grouped_piece[a]].take(pa.array(within[by_piece[a:b]]))
                  for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(index)])]
-        if len(taken) == 1:  # one piece: already in order
-            return taken[0]
+        if len(taken) == 1 or bool(np.all(np.diff(piece) >= 0)):  # pieces in order (a filter): taken in order
+            return pa.concat_tables(taken).combine_chunks() if len(taken) > 1 else taken[0]
         back = np.empty_like(by_piece)
         back[by_piece] = np.arange(len(by_piece))
         return pa.concat_tables(taken).combine_chunks().take(pa.array(back))
+
+
+def rows_at(pieces: Sequence[pa.Table], positions: np.ndarray, wanted: np.ndarray) -> pa.Table:
+    """The rows at positions ``wanted`` (any order) of rows held as ``pieces`` at ``positions``, as one table."""
+    batches = Held(pieces, positions).batches(wanted, max(1, len(wanted)))
+    return pa.Table.from_batches(list(batches), schema=pieces[0].schema)
 
 
 def _single_chunks(table: pa.Table) -> Iterator[pa.Table]:
@@ -125,7 +131,7 @@ def hold_splits(job: Job, splits: range, hash_keys: np.ndarray | None, chunk_row
         if not every:
             owner = plan.assign_rows(positions=pos, hash_keys=hash_keys, **job.split_kwargs())
             mine = (owner >= splits.start) & (owner < splits.stop)
-            table, pos = table.filter(pa.array(mine)), pos[mine]
+            table, pos = rows_at([table], pos, pos[mine]), pos[mine]
         kept.append(table)
         positions.append(pos)
     return Held(kept, np.concatenate(positions))

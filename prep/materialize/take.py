@@ -15,21 +15,18 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["byte_view", "from_byte_view", "take"]
-
-
-def take(rows: pa.Table, index: np.ndarray) -> pa.Table:
-    """``rows.take(index)``, with lists of numbers copied as blocks (for one take; see :func:`byte_view` for many).
-
-    >>> t = pa.table({"ids": [[1, 2], None, [3]], "n": [1, 2, 3]})
-    >>> take(t, np.array([2, 0])).to_pydict()
-    {'ids': [[3], [1, 2]], 'n': [3, 1]}
-    """
-    return from_byte_view(byte_view(rows).take(pa.array(index, type=pa.int64())), rows.schema)
+__all__ = ["byte_view", "from_byte_view"]
 
 
 def byte_view(rows: pa.Table) -> pa.Table:
     """``rows`` (one chunk per column) with each list of whole-byte numbers seen as ``large_binary`` (no copy).
+
+    >>> t = pa.table({"ids": [[1, 2], None, [3]], "n": [1, 2, 3]})
+    >>> view = byte_view(t)
+    >>> view.schema.field("ids").type
+    DataType(large_binary)
+    >>> from_byte_view(view.take([2, 0]), t.schema).to_pydict()
+    {'ids': [[3], [1, 2]], 'n': [3, 1]}
 
     Other columns are left as they are. Taking rows of the view (Arrow's
     ``take``, ``slice``, ``concat_tables``) and :func:`from_byte_view` with
