@@ -40,8 +40,10 @@ def test_block_take_is_arrows_take(view):
 def test_held_rows_come_out_in_any_order_exactly(clump):
     """Held takes runs (clumps) as slices and single rows as blocks, from the pieces holding them: Arrow's take."""
     table = _table(200)
-    order = np.concatenate([np.arange(a, min(a + clump, 200)) for a in np.random.default_rng(1).permutation(range(0, 200, clump))])
-    pieces = [table.slice(0, 13), table.slice(13, 0), pa.concat_tables([table.slice(13, 4), table.slice(17, 20)]), table.slice(37)]
+    starts = np.random.default_rng(1).permutation(range(0, 200, clump))
+    order = np.concatenate([np.arange(a, min(a + clump, 200)) for a in starts])
+    two_chunks = pa.concat_tables([table.slice(13, 4), table.slice(17, 20)])
+    pieces = [table.slice(0, 13), table.slice(13, 0), two_chunks, table.slice(37)]
     for positions in (np.arange(100, 300), np.arange(0, 400, 2)):  # a range of positions, and scattered ones
         for held in (Held([table], positions), Held(pieces, positions)):  # one piece, or cut anywhere as read
             for batch_rows in (7, 200):  # batches of single rows and runs, or of long runs (sliced)

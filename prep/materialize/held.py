@@ -82,16 +82,18 @@ class Held:
         if (len(breaks) + 1) * SLICE_FROM_RUN_ROWS <= len(index):
             runs = zip(np.r_[0, breaks], np.r_[breaks, len(index)])
             return pa.concat_tables([self._views[piece[a]].slice(int(within[a]), int(b - a)) for a, b in runs]).combine_chunks()
-        by_piece = np.argsort(piece, kind="stable")
+        ordered = bool(np.all(np.diff(piece) >= 0))  # rows of one piece, or a filter: taken in order
+        by_piece = np.arange(len(index)) if ordered else np.argsort(piece, kind="stable")
         grouped_piece = piece[by_piece]
         cuts = np.flatnonzero(np.diff(grouped_piece)) + 1
         taken = [self._views[grouped_piece[a]].take(pa.array(within[by_piece[a:b]]))
                  for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(index)])]
-        if len(taken) == 1 or bool(np.all(np.diff(piece) >= 0)):  # pieces in order (a filter): taken in order
-            return pa.concat_tables(taken).combine_chunks() if len(taken) > 1 else taken[0]
+        grouped = pa.concat_tables(taken).combine_chunks() if len(taken) > 1 else taken[0]
+        if ordered:
+            return grouped
         back = np.empty_like(by_piece)
         back[by_piece] = np.arange(len(by_piece))
-        return pa.concat_tables(taken).combine_chunks().take(pa.array(back))
+        return grouped.take(pa.array(back))
 
 
 def rows_at(pieces: Sequence[pa.Table], positions: np.ndarray, wanted: np.ndarray) -> pa.Table:

@@ -21,16 +21,17 @@ __all__ = ["byte_view", "from_byte_view"]
 def byte_view(rows: pa.Table) -> pa.Table:
     """``rows`` (one chunk per column) with each list of whole-byte numbers seen as ``large_binary`` (no copy).
 
+    Other columns are left as they are, and so are lists whose values hold
+    nulls. Taking rows of the view (Arrow's ``take``, ``slice``,
+    ``concat_tables``) and then :func:`from_byte_view` with ``rows.schema`` gives
+    what the same operation on ``rows`` gives.
+
     >>> t = pa.table({"ids": [[1, 2], None, [3]], "n": [1, 2, 3]})
     >>> view = byte_view(t)
     >>> view.schema.field("ids").type
     DataType(large_binary)
     >>> from_byte_view(view.take([2, 0]), t.schema).to_pydict()
     {'ids': [[3], [1, 2]], 'n': [3, 1]}
-
-    Other columns are left as they are. Taking rows of the view (Arrow's
-    ``take``, ``slice``, ``concat_tables``) and :func:`from_byte_view` with
-    ``rows.schema`` gives what the same operation on ``rows`` gives.
     """
     columns = [_as_bytes(col.chunk(0)) if col.num_chunks == 1 and _is_number_list(col.type) else col for col in rows.columns]
     return pa.Table.from_arrays(columns, names=rows.column_names)
@@ -52,7 +53,7 @@ def _is_number_list(t: pa.DataType) -> bool:
 
 
 def _as_bytes(arr: pa.Array) -> pa.Array:
-    """A list of numbers as ``large_binary`` over the same values buffer; Arrow's take when its values hold nulls."""
+    """A list of numbers as ``large_binary`` over the same values buffer; as it is when its values hold nulls."""
     values = arr.values
     if values.null_count or values.offset:  # not one plain buffer of numbers: left as it is
         return arr
@@ -76,4 +77,5 @@ def _as_list(blocks: pa.Array, t: pa.DataType) -> pa.Array:
     validity = blocks.buffers()[0] if blocks.null_count else None
     if validity is not None and blocks.offset:  # a bitmap is not sliced by bytes: rebuild it from the slice
         validity = blocks.is_valid().buffers()[1]
-    return pa.Array.from_buffers(t, len(blocks), [validity, pa.py_buffer(offsets)], null_count=blocks.null_count, children=[child])
+    return pa.Array.from_buffers(t, len(blocks), [validity, pa.py_buffer(offsets)], null_count=blocks.null_count,
+                                 children=[child])
