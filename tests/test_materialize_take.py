@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from prep.materialize import held as held_module
 from prep.materialize.held import Held, rows_at
 from prep.materialize.take import byte_view
 
@@ -36,9 +37,11 @@ def test_block_take_is_arrows_take(view):
     assert byte_view(table).schema.field("null_values").type == table.schema.field("null_values").type
 
 
+@pytest.mark.parametrize("pick_rows", [held_module.PICK_ROWS, 20])
 @pytest.mark.parametrize("clump", [1, 16, 64])
-def test_held_rows_come_out_in_any_order_exactly(clump):
+def test_held_rows_come_out_in_any_order_exactly(clump, pick_rows, monkeypatch):
     """Held takes runs (clumps) as slices and single rows as blocks, from the pieces holding them: Arrow's take."""
+    monkeypatch.setattr(held_module, "PICK_ROWS", pick_rows)  # 20: many takes per split, as with large splits
     table = _table(200)
     starts = np.random.default_rng(1).permutation(range(0, 200, clump))
     order = np.concatenate([np.arange(a, min(a + clump, 200)) for a in starts])
@@ -47,5 +50,6 @@ def test_held_rows_come_out_in_any_order_exactly(clump):
     for positions in (np.arange(100, 300), np.arange(0, 400, 2)):  # a range of positions, and scattered ones
         for held in (Held([table], positions), Held(pieces, positions)):  # one piece, or cut anywhere as read
             for batch_rows in (7, 200):  # batches of single rows and runs, or of long runs (sliced)
-                got = pa.Table.from_batches(list(held.batches(positions[order], batch_rows=batch_rows)))
-                assert got.equals(table.take(pa.array(order)))
+                batches = list(held.batches(positions[order], batch_rows=batch_rows))
+                assert [b.num_rows for b in batches[:-1]] == [batch_rows] * (len(batches) - 1)  # the write batches
+                assert pa.Table.from_batches(batches).equals(table.take(pa.array(order)))

@@ -24,6 +24,7 @@ __all__ = ["Held", "rows_at", "hold_splits", "reads_scattered", "SCATTERED_BELOW
 
 SCATTERED_BELOW_CLUMP = 16  # clumps smaller than this make a Lance take read scattered rows (see reads_scattered)
 SLICE_FROM_RUN_ROWS = 16  # average run length from which runs are sliced rather than taken (see Held._pick)
+PICK_ROWS = 65536  # rows taken from the held pieces at once: each take touches every piece (~0.5 CPU-s less than 16k at 1 M rows)
 
 
 def reads_scattered(p: dict[str, Any]) -> bool:
@@ -67,8 +68,9 @@ class Held:
             local = np.asarray(order, dtype=np.int64) - first
         else:
             local = np.searchsorted(self.positions, order)
-        for i in range(0, len(local), batch_rows):
-            yield from from_byte_view(self._pick(local[i : i + batch_rows]), self.schema).to_batches()
+        step = batch_rows * max(1, PICK_ROWS // batch_rows)  # whole batches, taken a few at a time
+        for i in range(0, len(local), step):
+            yield from from_byte_view(self._pick(local[i : i + step]), self.schema).to_batches(max_chunksize=batch_rows)
 
     def _pick(self, index: np.ndarray) -> pa.Table:
         """Held rows ``index`` (in the byte view): runs of consecutive rows copied as slices, else taken.
