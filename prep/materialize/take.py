@@ -55,7 +55,7 @@ def _is_number_list(t: pa.DataType) -> bool:
 def _as_bytes(arr: pa.Array) -> pa.Array:
     """A list of numbers as ``large_binary`` over the same values buffer; as it is when its values hold nulls."""
     values = arr.values
-    if values.null_count or values.offset:  # not one plain buffer of numbers: left as it is
+    if values.null_count or values.offset or len(arr) == 0:  # not one plain buffer of numbers: left as it is
         return arr
     width = arr.type.value_type.bit_width // 8
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if pa.types.is_large_list(arr.type) else np.int32)
@@ -66,11 +66,13 @@ def _as_bytes(arr: pa.Array) -> pa.Array:
 
 def _as_list(blocks: pa.Array, t: pa.DataType) -> pa.Array:
     """``large_binary`` blocks of numbers as a list array of type ``t`` over the same bytes."""
+    if len(blocks) == 0:  # Arrow may leave an empty array without offsets
+        return pa.array([], type=t)
     width = t.value_type.bit_width // 8
     byte_offsets = np.frombuffer(blocks.buffers()[1], dtype=np.int64)[blocks.offset : blocks.offset + len(blocks) + 1]
-    start = int(byte_offsets[0]) if len(byte_offsets) else 0
+    start = int(byte_offsets[0])
     offsets = ((byte_offsets - start) // width).astype(np.int64 if pa.types.is_large_list(t) else np.int32)
-    count = int(offsets[-1]) if len(offsets) else 0
+    count = int(offsets[-1])
     data = blocks.buffers()[2]
     data = data.slice(start, count * width) if data is not None else pa.py_buffer(b"")
     child = pa.Array.from_buffers(t.value_type, count, [None, data])
