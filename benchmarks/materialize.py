@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/materialize.py                  # the workload (GSM8K train x16)
     .venv/bin/python benchmarks/materialize.py --repeat 2 --runs 1 --skip-plan   # a quick check
     .venv/bin/python benchmarks/materialize.py --repeat 134 --splits 48 --runs 1 --skip-ray --skip-plan \
-        --before /tmp/prep-before          # 1 M rows, 194 M tokens; before/after in one run
+        --before /tmp/prep-before          # 1 M rows, 194 M tokens; before/after in one run (docs/materialize.md)
 
 The table: GSM8K train repeated ``--repeat`` times (16: 119,568 rows, 23.1 M
 tokens) as one JSONL of ``{"text": question + "\\n" + answer}`` rows, prepared
@@ -22,7 +22,8 @@ each in a fresh process:
 - ``ray-job``: the same on the Ray executor, Ray started before the clock (what a
   cluster run pays per job), to compare the two executors.
 - ``before-job...``: with ``--before DIR``, the job rows again with the ``prep`` package of
-  ``DIR`` (e.g. ``git worktree add DIR HEAD~1``), in the same run: a before/after on the same load.
+  ``DIR`` (e.g. ``git archive COMMIT | tar -x -C DIR``), each right after its own row: a
+  before/after on about the same load.
 
 Baselines and jobs are timed around the operation (imports excluded); ``cmd``
 includes everything. CPU seconds are the process's (all threads; for
