@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/materialize.py                  # the issue's workload (GSM8K train x16)
     .venv/bin/python benchmarks/materialize.py --repeat 2 --runs 1 --skip-plan   # a quick check
+    .venv/bin/python benchmarks/materialize.py --repeat 134 --splits 48 --runs 1 --skip-ray --skip-plan \
+        --before /tmp/prep-before          # 1 M rows, 194 M tokens; before/after in one run (docs/materialize.md)
 
 The table: GSM8K train repeated ``--repeat`` times (16: 119,568 rows, 23.1 M
 tokens) as one JSONL of ``{"text": question + "\\n" + answer}`` rows, prepared
@@ -16,15 +18,20 @@ each in a fresh process:
   subprocess, timed from process start to exit (what a user waits for).
 - ``job``: ``materialize_shuffle(...)`` alone in a fresh process (imports excluded):
   resolve, split writing, manifest.
+- ``...-3ep``: full random, three epochs in one run (the job compared with three copies).
 - ``ray-job``: the same on the Ray executor, Ray started before the clock (what a
   cluster run pays per job), to compare the two executors.
+- ``before-job...``: with ``--before DIR``, the job rows again with the ``prep`` package of
+  ``DIR`` (e.g. ``git archive COMMIT | tar -x -C DIR``), each right after its own row: a
+  before/after on about the same load.
 
 Baselines and jobs are timed around the operation (imports excluded); ``cmd``
 includes everything. CPU seconds are the process's (all threads; for
 ``ray-job`` also every Ray process), steadier than wall time on a shared
 machine. Ratios: ``cmd / take`` by wall time (goal <= 1.5), and the copy's
-time over the job's (throughput relative to the copy; goals >= 0.5 for clump 1,
->= 0.8 for clump 64), by wall and by CPU time. Then, in a fresh process:
+time over the job's (throughput relative to the copy, times the epochs; goals >= 0.5 for
+clump 1, >= 0.8 for clump 64), by wall and by CPU time. ``peak MB`` is the stage process's
+peak RSS (VmHWM). Then, in a fresh process:
 planning an epoch of ``--plan-rows`` rows (default 10^10) into 48 splits in bounded memory.
 
 Mixtures (``--mixture-only`` runs just this part, ``--skip-mixture`` leaves it out):
@@ -120,8 +127,12 @@ def _cpu_self() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def stage(name: str, table: str, out: str, clump: int, splits: int) -> dict:
-    """One measurement in this (fresh) process: the operation's wall and CPU seconds."""
+def _peak_mb() -> float:
+    return int(Path("/proc/self/status").read_text().split("VmHWM:")[1].split()[0]) / 1024
+
+
+def stage(name: str, table: str, out: str, clump: int, splits: int, epochs: int = 1) -> dict:
+    """One measurement in this (fresh) process: the operation's wall and CPU seconds, and the peak RSS."""
     import lance
     import numpy as np
 
@@ -133,18 +144,18 @@ def stage(name: str, table: str, out: str, clump: int, splits: int) -> dict:
             lance.write_dataset(ds.scanner().to_reader(), out)
         else:
             lance.write_dataset(ds.take(np.random.default_rng(0).permutation(ds.count_rows())), out)
-        return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c}
+        return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c, "peak_mb": _peak_mb()}
     from prep.materialize import materialize_mixture, materialize_shuffle
 
     if name == "mix-job":  # ``table`` is the mixture file here
         t, c = time.perf_counter(), _cpu_self()
-        materialize_mixture(mixture=table, output=out, epochs=1, splits=splits, executor="local")
-        return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c}
-    kw = dict(table=table, output=out, epochs=1, splits=splits, clump=clump)
+        materialize_mixture(mixture=table, output=out, epochs=epochs, splits=splits, executor="local")
+        return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c, "peak_mb": _peak_mb()}
+    kw = dict(table=table, output=out, epochs=epochs, splits=splits, clump=clump)
     if name in ("job", "concat-job"):
         t, c = time.perf_counter(), _cpu_self()
         materialize_shuffle(executor="local", **kw)
-        return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c}
+        return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c, "peak_mb": _peak_mb()}
     import psutil
 
     from prep.ray_runtime import init_ray
@@ -162,25 +173,27 @@ def stage(name: str, table: str, out: str, clump: int, splits: int) -> dict:
 
     t, c = time.perf_counter(), cpu_all()
     materialize_shuffle(executor="ray", **kw)
-    return {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_all() - c}
+    return {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_all() - c, "peak_mb": _peak_mb()}
 
 
-def fresh(name: str, table: Path, out: Path, clump: int, splits: int) -> dict:
-    """``stage`` in a fresh process; for ``cmd``, the prep command itself, process start to exit."""
+def fresh(name: str, table: Path, out: Path, clump: int, splits: int, epochs: int = 1, code: Path = REPO) -> dict:
+    """``stage`` in a fresh process, with the ``prep`` package of ``code``; for ``cmd``, the prep
+    command itself, process start to exit."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     if name in ("cmd", "concat-cmd", "mix-cmd"):
         shutil.rmtree(out, ignore_errors=True)
         what = ["--mixture", str(table)] if name == "mix-cmd" else ["--table", str(table), "--clump", str(clump)]
         cmd = [sys.executable, "-m", "prep", "materialize-shuffle", *what, "--output", str(out),
-               "--epochs", "1", "--splits", str(splits)]
+               "--epochs", str(epochs), "--splits", str(splits)]
         env = {k: v for k, v in ENV.items() if k != "RAY_ADDRESS"}  # one machine, no cluster: what a user runs
         subprocess.run(cmd, env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {"seconds": time.perf_counter() - t,
                 "cpu_seconds": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}
     proc = subprocess.run([sys.executable, __file__, "--stage", name, "--table", str(table), "--out", str(out),
-                           "--clump", str(clump), "--splits", str(splits)], env=ENV, cwd=REPO, capture_output=True, text=True)
+                           "--clump", str(clump), "--splits", str(splits), "--epochs", str(epochs)],
+                          env={**ENV, "PYTHONPATH": str(code)}, cwd=code, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"stage {name} failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -232,14 +245,16 @@ def main() -> None:
     ap.add_argument("--skip-plan", action="store_true")
     ap.add_argument("--skip-mixture", action="store_true", help="leave out the mixture rows")
     ap.add_argument("--mixture-only", action="store_true", help="only the mixture rows")
+    ap.add_argument("--before", type=Path, help="a checkout of prep whose job rows are measured too (before/after)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     ap.add_argument("--table", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--clump", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--epochs", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.stage:
-        print(json.dumps(stage(args.stage, args.table, args.out, args.clump, args.splits)))
+        print(json.dumps(stage(args.stage, args.table, args.out, args.clump, args.splits, args.epochs)))
         return
 
     work = Path(args.workdir)
@@ -254,28 +269,39 @@ def main() -> None:
     ds = lance.dataset(str(table))
     print(f"table: {table} ({ds.count_rows():,} rows, Lance {ds.data_storage_version}); {os.cpu_count()} CPUs; "
           f"load average before: {os.getloadavg()[0]:.1f} (a shared machine: compare CPU seconds too)")
-    rows = [("copy", 1), ("take", 1)]
+    # (key, stage, clump, epochs, code)
+    rows = [("copy", "copy", 1, 1, REPO), ("take", "take", 1, 1, REPO)]
     for clump in (1, 64):
-        rows += [("cmd", clump), ("job", clump)] + ([] if args.skip_ray else [("ray-job", clump)])
+        rows += [(f"cmd-clump{clump}", "cmd", clump, 1, REPO), (f"job-clump{clump}", "job", clump, 1, REPO)]
+        if clump == 1:
+            rows += [("cmd-clump1-3ep", "cmd", 1, 3, REPO), ("job-clump1-3ep", "job", 1, 3, REPO)]
+        if not args.skip_ray:
+            rows.append((f"ray-job-clump{clump}", "ray-job", clump, 1, REPO))
+    if args.before:  # each job row right after the same row before, so that both see about the same load
+        rows = [row for key, stage_, clump, epochs, code in rows for row in (
+            [(key, stage_, clump, epochs, code)]
+            + ([(f"before-{key}", stage_, clump, epochs, args.before.resolve())] if stage_ == "job" else []))]
     results: dict[str, dict] = {}
-    for name, clump in rows:
-        key = name if name in ("copy", "take") else f"{name}-clump{clump}"
-        runs = [fresh(name, table, work / "out", clump, args.splits) for _ in range(args.runs)]
+    for key, name, clump, epochs, code in rows:
+        runs = [fresh(name, table, work / "out", clump, args.splits, epochs, code) for _ in range(args.runs)]
         results[key] = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "cpu_seconds")}
+        results[key]["peak_mb"] = max(r.get("peak_mb", 0.0) for r in runs)
+        results[key]["epochs"] = epochs
         results[key]["runs_seconds"] = [round(r["seconds"], 3) for r in runs]
     shutil.rmtree(work / "out", ignore_errors=True)
     copy, take = results["copy"], results["take"]
-    print(f"{'row':22s} {'wall s':>7s} {'CPU s':>7s}  ratios (median of {args.runs}, each in a fresh process)")
+    print(f"{'row':24s} {'wall s':>7s} {'CPU s':>7s} {'peak MB':>8s}  ratios (median of {args.runs}, each in a fresh process)")
     for key, r in results.items():
-        note = ""
+        note, e = "", r["epochs"]
         if key.startswith("cmd"):
-            note = (f"cmd/take: {r['seconds'] / take['seconds']:.2f}x wall (goal <= 1.5), "
-                    f"{r['cpu_seconds'] / take['cpu_seconds']:.2f}x CPU")
+            note = (f"cmd/take{f' (x{e})' if e > 1 else ''}: {r['seconds'] / take['seconds'] / e:.2f}x wall (goal <= 1.5), "
+                    f"{r['cpu_seconds'] / take['cpu_seconds'] / e:.2f}x CPU")
         elif "job" in key:
-            goal = 0.8 if key.endswith("clump64") else 0.5
-            note = (f"vs copy: {copy['seconds'] / r['seconds']:.2f}x by wall (goal >= {goal}), "
-                    f"{copy['cpu_seconds'] / r['cpu_seconds']:.2f}x by CPU")
-        print(f"{key:22s} {r['seconds']:7.2f} {r['cpu_seconds']:7.2f}  {note}")
+            goal = 0.8 if "clump64" in key else 0.5
+            note = (f"vs {f'{e} copies' if e > 1 else 'copy'}: {e * copy['seconds'] / r['seconds']:.2f}x by wall "
+                    f"(goal >= {goal}), {e * copy['cpu_seconds'] / r['cpu_seconds']:.2f}x by CPU")
+        peak = f"{r['peak_mb']:8.0f}" if r.get("peak_mb") else f"{'':8s}"
+        print(f"{key:24s} {r['seconds']:7.2f} {r['cpu_seconds']:7.2f} {peak}  {note}")
         r["note"] = note
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if not args.skip_plan:

@@ -4,8 +4,8 @@ A Lance ``take`` per row costs ~5x a scan, so with small clumps
 (:func:`prep.materialize.held.reads_scattered`) map tasks scan
 contiguous chunks once per run and cut them into one piece per split (Ray
 object store, spilled to disk when full); each (epoch, split) task
-concatenates its pieces (its rows in position order) and takes them into the
-epoch's order in memory (:mod:`prep.materialize.held`). The map pass is shared
+takes its rows into the epoch's order from its pieces (its rows in position
+order, not concatenated: :mod:`prep.materialize.held`). The map pass is shared
 by all epochs of the run. The local executor needs no object store: it holds
 the rows in its own memory (:mod:`prep.materialize.local`).
 """
@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep import plan
-from prep.materialize.held import Held
+from prep.materialize.held import Held, rows_at
 from prep.materialize.job import Job, _dataset
 from prep.materialize.rows import bytes_per_row, read_range
 from prep.materialize.write import _write_split
@@ -35,10 +35,11 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
     full) and serve every epoch of this run.
     """
     table = read_range(job, _dataset(job, job.source, job.version), start, stop)
-    splits = plan.assign_rows(positions=np.arange(start, stop), hash_keys=hash_keys, **job.split_kwargs())
+    positions = np.arange(start, stop)
+    splits = plan.assign_rows(positions=positions, hash_keys=hash_keys, **job.split_kwargs())
     order = np.argsort(splits, kind="stable")
     bounds = np.searchsorted(splits[order], np.arange(job.plan.num_splits + 1))
-    grouped = table.combine_chunks().take(pa.array(order))
+    grouped = rows_at([table], positions, positions[order])
     # Ray stores each slice compactly (only the slice's bytes), measured: no per-split copy needed here
     pieces = tuple(grouped.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:]))
     return pieces if len(pieces) > 1 else pieces[0]
@@ -47,7 +48,7 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
 def _write_gathered(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, *pieces: pa.Table) -> dict[str, Any]:
     """Gather, reduce side: the split's pieces (its rows in position order) -> its dataset."""
     positions = np.sort(plan.split_rows(split=split, epoch=epoch, hash_keys=hash_keys, **job.split_kwargs()))
-    return _write_split(job, epoch, split, hash_keys, Held(pa.concat_tables(pieces).combine_chunks(), positions))
+    return _write_split(job, epoch, split, hash_keys, Held(pieces, positions))
 
 
 def _gather_pieces(job: Job, source: Any, remote, hash_ref) -> list[list]:

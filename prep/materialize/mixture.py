@@ -219,9 +219,8 @@ def _hold(job: MixtureJob) -> tuple[Held, np.ndarray]:
         table = s.read_all(job.schema.names[:-1])
         column = pa.array(np.full(table.num_rows, s.index, dtype=np.uint16))
         parts.append(pa.Table.from_arrays([*table.columns, column], schema=job.schema))
-    rows = pa.concat_tables(parts).combine_chunks()
     starts = np.cumsum([0] + [s.selected for s in job.sources])[:-1]
-    return Held(rows, np.arange(rows.num_rows)), starts
+    return Held(parts, np.arange(sum(t.num_rows for t in parts))), starts  # held as read: no concatenated copy
 
 
 def _taken(job: MixtureJob, src: np.ndarray, row: np.ndarray) -> pa.Table:
