@@ -19,12 +19,13 @@ from typing import Any
 import fsspec
 
 from prep.errors import PrepError
-from prep.retry import RetryPolicy
+from prep.retry import RetryPolicy, retryable
 
 __all__ = [
     "S3Options",
     "Resolved",
     "resolve",
+    "fs_path",
     "is_remote",
     "filesystem",
     "lance_storage_options",
@@ -106,25 +107,41 @@ def is_remote(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
 
 
-def resolve(uri: str, s3: S3Options | None = None) -> Resolved:
-    """The filesystem, path and Lance options for ``uri``: the one place URIs and credentials meet."""
+def resolve(uri: str, s3: S3Options | None = None, *, retries: bool = True) -> Resolved:
+    """The filesystem, path and Lance options for ``uri``: the one place URIs and credentials meet.
+
+    Args:
+        uri: a local path, ``file://``, ``s3://``, ``gs://``, ``az://`` or ``abfs://`` URI.
+        s3: endpoint, credentials and retry policy (default: the environment).
+        retries: False for a filesystem that tries each request once, for callers that retry
+            under :func:`prep.retry.call` themselves (retries inside retries multiply).
+    """
     if uri.startswith("s3://"):
         opts = (s3 or S3Options()).resolved()
-        return Resolved(_s3fs(opts), uri[len("s3://"):], _lance_s3(opts))
+        return Resolved(_s3fs(opts, retries), fs_path(uri), _lance_s3(opts))
     if uri.startswith(PASS_THROUGH):
-        protocol, _, rest = uri.partition("://")
-        policy = (s3 or S3Options()).retry
+        protocol = uri.partition("://")[0]
         try:
             fs = fsspec.filesystem(protocol)
         except ImportError as exc:  # gcsfs / adlfs are optional: say which one
             raise PrepError(f"{uri}: {exc}") from None
-        return Resolved(fs, rest, _lance_client(policy))
-    if uri.startswith("file://"):
-        uri = uri[len("file://"):]
-    return Resolved(fsspec.filesystem("file"), os.path.abspath(uri), None)
+        return Resolved(fs, fs_path(uri), _lance_client((s3 or S3Options()).retry))
+    return Resolved(fsspec.filesystem("file"), fs_path(uri), None)
 
 
-def _s3fs(opts: S3Options) -> fsspec.AbstractFileSystem:
+def fs_path(uri: str) -> str:
+    """The path fsspec takes for ``uri``: without the scheme remotely, absolute locally."""
+    if is_remote(uri):
+        return uri.partition("://")[2]
+    return os.path.abspath(uri[len("file://"):] if uri.startswith("file://") else uri)
+
+
+def _s3fs(opts: S3Options, retries: bool) -> fsspec.AbstractFileSystem:
+    """s3fs retries (its own backoff: 0.1 s x 1.7^n, capped at 15 s) what :func:`prep.retry.retryable` accepts;
+    botocore's retries are off, or the two loops would multiply each other."""
+    import s3fs  # imported here: only s3:// needs it, and it loads aiobotocore
+
+    s3fs.core.set_custom_error_handler(retryable)
     client_kwargs: dict[str, Any] = {"region_name": opts.region}
     if opts.endpoint_url:
         client_kwargs["endpoint_url"] = opts.endpoint_url
@@ -135,11 +152,11 @@ def _s3fs(opts: S3Options) -> fsspec.AbstractFileSystem:
         secret=opts.secret_access_key,
         token=opts.session_token,
         client_kwargs=client_kwargs,
-        config_kwargs={"retries": {"max_attempts": policy.max_attempts, "mode": "standard"},
+        config_kwargs={"retries": {"total_max_attempts": 1, "mode": "standard"},
                        "connect_timeout": policy.connect_timeout_s, "read_timeout": policy.read_timeout_s},
-        skip_instance_cache=False,
+        skip_instance_cache=not retries,  # the single-try instance is not the shared one
     )
-    fs.retries = policy.max_attempts  # s3fs's own retry loop around each call (not a constructor argument)
+    fs.retries = policy.max_attempts if retries else 1  # s3fs's loop around each call (not a constructor argument)
     return fs
 
 
