@@ -65,10 +65,12 @@ class S3Config(ConfigModel):
 
 
 class RayConfig(ConfigModel):
-    """How to reach Ray: ``address`` (else ``RAY_ADDRESS``, else a local Ray with ``num_cpus``)."""
+    """How to reach Ray: ``address`` (else ``RAY_ADDRESS``, else a local Ray with ``num_cpus``);
+    ``resources``: custom Ray resources every task asks for, to pin tasks to the nodes that offer them."""
 
     address: str | None = None
     num_cpus: int | None = Field(default=None, ge=1)
+    resources: dict[str, float] = Field(default_factory=dict)
 
 
 class JobConfig(ConfigModel):

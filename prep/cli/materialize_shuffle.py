@@ -7,6 +7,7 @@ import json
 import time
 
 from prep.cli.exits import at_least
+from prep.ray_runtime import parse_resources
 
 __all__ = ["register"]
 
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Lance data storage version of the splits (default 2.0: fastest to write and scan, "
                    "uncompressed; 2.2 is ~2.5x smaller, for object storage)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS; without either, the run stays in this process)")
+    p.add_argument("--ray-resources", type=parse_resources, help='custom Ray resources each task asks for, as JSON (pins tasks to nodes)')
     p.add_argument("--executor", default="auto", choices=["auto", "ray", "local"],
                    help="auto (default): Ray when a cluster is given (--ray-address, RAY_ADDRESS), else threads in this "
                    "process; ray: Ray even on one machine (starts a local one); local: this process. Outputs are identical")
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         hash_columns=args.hash_columns, clump=args.clump, seed=args.seed, filter=args.filter, columns=args.columns,
         start_epoch=args.start_epoch, overwrite=args.overwrite, read_rows=args.read_rows, lance_format=args.lance_format,
         ray_address=args.ray_address, num_cpus=args.num_cpus, executor=args.executor,
+        ray_resources=args.ray_resources,
     )
     if args.json:
         print(json.dumps(manifest, indent=2))

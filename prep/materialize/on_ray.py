@@ -34,7 +34,7 @@ def _released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
 
 
 def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.ndarray | None, *,
-               address: str | None, num_cpus: int | None) -> list[dict]:
+               address: str | None, num_cpus: int | None, resources: dict[str, float] | None = None) -> list[dict]:
     """Writes the (epoch, split) pairs in ``todo`` on Ray; returns their done records.
 
     Args:
@@ -44,12 +44,13 @@ def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np
         hash_keys (np.ndarray | None): one key per selected row (``hash`` strategy), else None.
         address (str | None): cluster to join (default ``RAY_ADDRESS``, else a local Ray).
         num_cpus (int | None): CPUs of a local Ray (default: all).
+        resources (dict | None): custom Ray resources each task asks for (pins tasks to nodes).
 
     Raises:
         PrepError: the first task that failed, with where it happened.
     """
     init_ray(address, num_cpus=num_cpus)
-    remote = ray.remote(num_cpus=1, max_retries=2)(_released)
+    remote = ray.remote(num_cpus=1, max_retries=2, resources=resources or None)(_released)
     hash_ref = ray.put(hash_keys) if hash_keys is not None else None
     if reads_scattered(job.plan):
         pieces = _gather_pieces(job, source, remote, hash_ref)

@@ -138,6 +138,7 @@ def materialize_shuffle(
     ray_address: str | None = None,
     num_cpus: int | None = None,
     executor: Executor = "auto",
+    ray_resources: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Materializes epochs ``[start_epoch, start_epoch + epochs)`` of a shuffle plan.
 
@@ -164,6 +165,7 @@ def materialize_shuffle(
             cheapest to write and scan; ``"2.2"`` compresses ~2.5x, for remote storage).
         ray_address: Ray cluster to join (default ``RAY_ADDRESS``).
         num_cpus: CPUs of a local Ray, or threads of the local executor (default: all).
+        ray_resources: custom Ray resources each task asks for (pins tasks to the nodes offering them).
         executor: ``"auto"`` (default: Ray when there is a cluster, see
             :func:`prep.ray_runtime.use_ray`, else this process), ``"ray"`` (a
             local Ray is started when there is no cluster) or ``"local"``. Both
@@ -192,7 +194,8 @@ def materialize_shuffle(
              len(run_epochs) * splits, "Ray" if on_ray else "local")
     if todo:
         t0 = time.time()
-        for rec in _run_tasks(job, source, todo, on_ray=on_ray, ray_address=ray_address, num_cpus=num_cpus):
+        for rec in _run_tasks(job, source, todo, on_ray=on_ray, ray_address=ray_address, num_cpus=num_cpus,
+                              resources=ray_resources):
             done[(rec["epoch"], rec["split"])] = rec
         log.info("wrote %d splits in %.1fs", len(todo), time.time() - t0)
     return _finalize(job, source, run_epochs, done)
@@ -261,13 +264,13 @@ def _select(job: Job, source: Any) -> Job:
 
 
 def _run_tasks(job: Job, source: Any, todo: list[tuple[int, int]], *, on_ray: bool, ray_address: str | None,
-               num_cpus: int | None) -> list[dict]:
+               num_cpus: int | None, resources: dict[str, float] | None = None) -> list[dict]:
     """Writes the (epoch, split) pairs in ``todo`` on Ray or in this process; returns their done records."""
     keys = hash_keys_for(job, source) if job.plan["strategy"] == "hash" else None
     if on_ray:
         from prep.materialize.on_ray import run_on_ray  # imports Ray: only when it is used
 
-        return run_on_ray(job, source, todo, keys, address=ray_address, num_cpus=num_cpus)
+        return run_on_ray(job, source, todo, keys, address=ray_address, num_cpus=num_cpus, resources=resources)
     return run_local(job, source, todo, keys, num_cpus=num_cpus)
 
 

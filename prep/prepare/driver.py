@@ -95,7 +95,8 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     ray_seconds = start_ray(cfg) if executor == "ray" else 0.0
     t_run = time.perf_counter()
     results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
-                         storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus)
+                         storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
+                         resources=cfg.ray.resources)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
     metadata = {
         "format": TABLE_FORMAT,
