@@ -29,13 +29,15 @@ import os
 import re
 import threading
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from prep import storage
+from prep.checksum import dataset_checksum
 from prep.errors import PrepError, one_line
-from prep.materialize.layout import MANIFEST, owned_entries, read_json_file, read_manifest, split_path
+from prep.jsonfile import read_json_file
+from prep.manifest import MANIFEST, Manifest, read_manifest, split_path, write_manifest
+from prep.materialize.layout import owned_entries
 from prep.transfer import Fetcher, remove_tree
-from prep.verify import dataset_checksum
 
 __all__ = ["SplitCache", "Lease", "MARKER", "Priority"]
 
@@ -84,13 +86,13 @@ class SplitCache:
             materialization (without ``overwrite``).
     """
 
-    def __init__(self, root: str, *, source: str, manifest: dict[str, Any] | None = None, max_bytes: int | None = None,
+    def __init__(self, root: str, *, source: str, manifest: Manifest | None = None, max_bytes: int | None = None,
                  overwrite: bool = False, s3: storage.S3Options | None = None, fetcher: Fetcher | None = None) -> None:
         self.root, self.source, self.max_bytes = os.path.abspath(root), source, max_bytes
         self.manifest = manifest if manifest is not None else read_manifest(source, s3)
-        self.fingerprint = self.manifest["fingerprint"]
+        self.fingerprint = self.manifest.fingerprint
         self.fetcher = fetcher or Fetcher(s3)
-        self._splits = {(e["epoch"], s["split"]): s for e in self.manifest["epochs"] for s in e["splits"]}
+        self._splits = {(e.epoch, s.split): s for e in self.manifest.epochs for s in e.splits}
         self._lock = threading.Lock()
         self._checked: set[tuple[Key, str]] = set()  # (split, record digest) whose content this process hashed
         self.hits = self.misses = self.evictions = self.fetched = self.corrupt = 0
@@ -101,8 +103,8 @@ class SplitCache:
             _claim(self.root, source, self.fingerprint, overwrite)
             os.makedirs(os.path.join(self.root, LOCKS), exist_ok=True)
         manifest_path = os.path.join(self.root, MANIFEST)
-        if not os.path.exists(manifest_path) or storage.read_json(manifest_path) != self.manifest:
-            storage.write_json_atomic(manifest_path, self.manifest)
+        if not os.path.exists(manifest_path) or storage.read_json(manifest_path) != self.manifest.to_json():
+            write_manifest(self.root, self.manifest)
 
     # --- paths ---------------------------------------------------------------------------------
     def path(self, key: Key) -> str:
@@ -145,8 +147,8 @@ class SplitCache:
         """Whether a complete, verified copy of ``key`` is there (the caller holds its lock)."""
         rec = self._read_record(key)
         expected = self._splits[key]
-        if rec is None or rec.get("fingerprint") != self.fingerprint or rec.get("checksum") != expected["checksum"] \
-                or rec.get("num_rows") != expected["num_rows"] or not isinstance(rec.get("files"), dict):
+        if rec is None or rec.get("fingerprint") != self.fingerprint or rec.get("checksum") != expected.checksum \
+                or rec.get("num_rows") != expected.num_rows or not isinstance(rec.get("files"), dict):
             return False
         base = self.path(key)
         files: dict[str, list] = rec["files"]
@@ -213,8 +215,8 @@ class SplitCache:
             digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
             expected = self._splits[key]
             storage.write_json_atomic(self._record(key), {
-                "fingerprint": self.fingerprint, "epoch": key[0], "split": key[1], "num_rows": expected["num_rows"],
-                "checksum": expected["checksum"], "bytes": need, "files": files, "digest": digest})
+                "fingerprint": self.fingerprint, "epoch": key[0], "split": key[1], "num_rows": expected.num_rows,
+                "checksum": expected.checksum, "bytes": need, "files": files, "digest": digest})
             with self._lock:
                 self._checked.add((key, digest))
                 self.fetched += 1
@@ -227,11 +229,11 @@ class SplitCache:
         except (OSError, ValueError, PrepError) as exc:
             self._clear(key)
             raise PrepError(f"the copy of {src} cannot be read ({one_line(exc)}): run `prep verify {self.source}`") from None
-        if rows != expected["num_rows"] or checksum != expected["checksum"]:
+        if rows != expected.num_rows or checksum != expected.checksum:
             self._clear(key)
             raise PrepError(
                 f"the copy of {src} does not match the manifest ({rows} rows, checksum {checksum[:12]}...; expected "
-                f"{expected['num_rows']} rows, {expected['checksum'][:12]}...): run `prep verify {self.source}`")
+                f"{expected.num_rows} rows, {expected.checksum[:12]}...): run `prep verify {self.source}`")
 
     def _clear(self, key: Key) -> None:
         """Removes a copy, its record first (so a half-removed copy is never taken), and leftovers of killed fetches."""

@@ -26,9 +26,11 @@ __all__ = [
     "write_fragments",
     "commit_table",
     "remove_table",
+    "TABLE_FORMAT",
 ]
 
 METADATA_KEY = b"prep"
+TABLE_FORMAT = "prep.table/1"  # the ``format`` of the metadata under METADATA_KEY (docs/architecture.md)
 log = logging.getLogger(__name__)
 
 

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from prep import storage, world
 from prep.cache import SplitCache
 from prep.errors import PrepError
-from prep.materialize import read_manifest
+from prep.manifest import read_manifest
 from prep.transfer import Fetcher
 
 __all__ = ["prewarm"]
@@ -68,8 +68,8 @@ def prewarm(
     s3 = (s3 or storage.S3Options()).resolved()
     manifest = read_manifest(path, s3)
     rank, world_size = world.rank_and_world_size(rank, world_size)
-    splits = world.splits_for_rank(manifest["plan"]["num_splits"], rank, world_size)
-    by_epoch = {e["epoch"]: e for e in manifest["epochs"]}
+    splits = world.splits_for_rank(manifest.plan.num_splits, rank, world_size)
+    by_epoch = {e.epoch: e for e in manifest.epochs}
     wanted = list(epochs) if epochs is not None else sorted(by_epoch)
     missing = [e for e in wanted if e not in by_epoch]
     if missing:

@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 
 from prep import lance_io
-from prep.plan import plan_fingerprint, split_rows
-from prep.storage import write_json_atomic
+from prep.manifest import Epoch, Manifest, Source, SplitFile, split_path, write_manifest
+from prep.plan import split_rows
+from prep.plan.spec import PlanSpec
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 TOKENIZER_DIR = SHARED_DATA / "tokenizers" / "mistral-v3"
@@ -37,7 +38,7 @@ def row_ids(n: int, salt: int = 0) -> np.ndarray:
 def sft_metadata(num_rows: int, tokens: int) -> dict:
     tok = tokenizer()
     return {
-        "format": "prep.table/1", "prep_version": "0.1.0", "kind": "sft", "config": {}, "config_hash": "0" * 64,
+        "format": lance_io.TABLE_FORMAT, "prep_version": "0.1.0", "kind": "sft", "config": {}, "config_hash": "0" * 64,
         "tokenizer": {"name": "mistral-v3", "hash": "test", "vocab_size": len(tok), "eos_id": tok.eos_token_id,
                       "bos_id": tok.bos_token_id, "pad_id": tok.pad_token_id},
         "seq_len": None, "sources": [{"uri": str(GSM8K), "size": 0, "mtime": ""}],
@@ -75,54 +76,49 @@ def write_table(uri: str, table: pa.Table, metadata: dict) -> None:
 
 def write_materialized(out: str, table: pa.Table, metadata: dict, *, num_splits: int, epochs: int,
                        strategy: str = "random", seed: int = 0, source_uri: str = "prepared.lance",
-                       source_version: int = 1) -> dict:
+                       source_version: int = 1) -> Manifest:
     """Materializes ``table`` under ``out`` with ``prep.plan.split_rows``; returns the manifest."""
-    plan = {"num_splits": num_splits, "strategy": strategy, "hash_columns": ["id"], "clump": 1, "seed": seed,
-            "filter": None, "columns": None}
+    plan = PlanSpec(num_splits=num_splits, strategy=strategy, seed=seed)
     entries = []
     for epoch in range(epochs):
         splits = []
         for split in range(num_splits):
-            rows = split_rows(num_rows=table.num_rows, num_splits=num_splits, split=split, epoch=epoch,
-                              strategy=strategy, seed=seed)
-            rel = f"epoch-{epoch:05d}/split-{split:05d}.lance"
+            rows = split_rows(num_rows=table.num_rows, split=split, epoch=epoch, **plan.split_args())
+            rel = split_path(epoch, split)
             write_table(os.path.join(out, rel), table.take(rows), metadata)
             digest = hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest()
-            splits.append({"split": split, "path": rel, "num_rows": int(len(rows)), "checksum": digest})
-        entries.append({"epoch": epoch, "splits": splits})
-    manifest = {
-        "format": "prep.materialized/1", "prep_version": "0.1.0",
-        "fingerprint": plan_fingerprint(source_uri, source_version, plan),
-        "source": {"uri": source_uri, "version": source_version, "num_rows": table.num_rows, "metadata": metadata},
-        "plan": plan, "num_selected_rows": table.num_rows, "columns": table.column_names, "epochs": entries,
-    }
-    write_json_atomic(os.path.join(out, "manifest.json"), manifest)
+            splits.append(SplitFile(split=split, path=rel, num_rows=int(len(rows)), checksum=digest))
+        entries.append(Epoch(epoch=epoch, splits=tuple(splits)))
+    manifest = Manifest(
+        prep_version="0.1.0", fingerprint=plan.fingerprint(source_uri, source_version),
+        source=Source(uri=source_uri, version=source_version, num_rows=table.num_rows, metadata=metadata),
+        plan=plan, num_selected_rows=table.num_rows, columns=tuple(table.column_names), epochs=tuple(entries),
+    )
+    write_manifest(out, manifest)
     return manifest
 
 
-def sft_output(out: str, *, num_rows: int, num_splits: int, epochs: int, seed: int = 0) -> dict:
+def sft_output(out: str, *, num_rows: int, num_splits: int, epochs: int, seed: int = 0) -> Manifest:
     table = gsm8k_sft(num_rows)
     meta = sft_metadata(num_rows, int(np.asarray(table.column("length")).sum()))
     return write_materialized(out, table, meta, num_splits=num_splits, epochs=epochs, seed=seed)
 
 
-def expected_steps(out: str, manifest: dict, *, global_batch_size: int, epoch: int) -> list[np.ndarray]:
+def expected_steps(out: str, manifest: Manifest, *, global_batch_size: int, epoch: int) -> list[np.ndarray]:
     """Global batch ids per step read straight from the split datasets (split order, b rows each)."""
     import lance
 
-    s = manifest["plan"]["num_splits"]
-    b = global_batch_size // s
-    entry = next(e for e in manifest["epochs"] if e["epoch"] == epoch)
-    ids = [lance.dataset(os.path.join(out, x["path"])).to_table(columns=["id"]).column("id").to_numpy()
-           for x in sorted(entry["splits"], key=lambda x: x["split"])]
+    b = global_batch_size // manifest.plan.num_splits
+    ids = [lance.dataset(os.path.join(out, x.path)).to_table(columns=["id"]).column("id").to_numpy()
+           for x in manifest.epoch(epoch).splits]
     steps = min(len(x) for x in ids) // b
     return [np.concatenate([x[t * b:(t + 1) * b] for x in ids]) for t in range(steps)]
 
 
-_BUILT: dict[tuple, tuple[str, dict]] = {}
+_BUILT: dict[tuple, tuple[str, Manifest]] = {}
 
 
-def cached_output(kind: str = "sft48") -> tuple[str, dict]:
+def cached_output(kind: str = "sft48") -> tuple[str, Manifest]:
     """A materialized output built once per test process (read-only: copy it before breaking it)."""
     import atexit
     import shutil
@@ -174,6 +170,6 @@ def image_table(num_rows: int, shape: tuple[int, int, int]) -> tuple[pa.Table, d
                       "image": pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel()), pixels.shape[1]),
                       "label": pa.array(np.arange(num_rows, dtype=np.int32) % 2),
                       "label_name": pa.array(["ants", "bees"] * (num_rows // 2)), "source": pa.array(["x"] * num_rows)})
-    meta = {"format": "prep.table/1", "kind": "images", "image": {"shape": list(shape), "layout": "HWC", "dtype": "uint8"},
+    meta = {"format": lance_io.TABLE_FORMAT, "kind": "images", "image": {"shape": list(shape), "layout": "HWC", "dtype": "uint8"},
             "labels": ["ants", "bees"], "counts": {"rows_written": num_rows}}
     return table, meta

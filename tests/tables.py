@@ -84,7 +84,7 @@ def gsm8k_rows(limit: int | None = None) -> pa.Table:
 def metadata(kind: str = "sft", rows: int = 0, tokens: int = 0, **extra) -> dict:
     """``prep`` table metadata following docs/architecture.md."""
     return {
-        "format": "prep.table/1",
+        "format": lance_io.TABLE_FORMAT,
         "prep_version": "0.1.0",
         "kind": kind,
         "config": {"builder": "tests/tables.py"},

@@ -19,7 +19,9 @@ import tables
 from prep import plan, world
 from prep.cli import main as cli_main
 from prep.errors import PrepError
-from prep.materialize import materialize_shuffle, split_path
+from prep.manifest import Manifest, read_manifest, split_path
+from prep.materialize import materialize_shuffle
+from prep.plan.spec import PlanSpec
 from prep.verify import verify
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -51,8 +53,8 @@ def epoch_ids(out: str, epoch: int, splits: int) -> list[np.ndarray]:
     return [split_ids(out, epoch, s) for s in range(splits)]
 
 
-def checksums(manifest: dict) -> dict:
-    return {(e["epoch"], s["split"]): s["checksum"] for e in manifest["epochs"] for s in e["splits"]}
+def checksums(manifest: Manifest) -> dict:
+    return {(e.epoch, s.split): s.checksum for e in manifest.epochs for s in e.splits}
 
 
 @pytest.mark.parametrize(
@@ -70,7 +72,7 @@ def test_materialized_epochs_follow_the_plan(gsm, tmp_path, strategy, clump):
         for s, ids in enumerate(parts):
             rows = plan.split_rows(num_rows=400, num_splits=8, split=s, epoch=e, strategy=strategy, seed=7, clump=clump, hash_keys=keys)
             assert np.array_equal(ids, source_ids[rows])
-            assert m["epochs"][e]["splits"][s]["num_rows"] == len(ids)
+            assert m.epoch(e).splits[s].num_rows == len(ids)
     assert all(set(epochs[0][s]) == set(epochs[1][s]) for s in range(8))  # membership fixed
     assert any(not np.array_equal(epochs[0][s], epochs[1][s]) for s in range(8))  # order changes
     assert verify(out).ok
@@ -85,7 +87,8 @@ def test_manifest_follows_the_contract(gsm, tmp_path):
     assert m["plan"] == {"num_splits": 4, "strategy": "random", "hash_columns": ["id"], "clump": 1, "seed": 0,
                          "filter": None, "columns": None}
     assert m["num_selected_rows"] == 400 and m["columns"] == ["id", "input_ids", "loss_mask", "length"]
-    assert m["fingerprint"] == plan.plan_fingerprint(gsm, m["source"]["version"], m["plan"])
+    assert m["fingerprint"] == PlanSpec(num_splits=4).fingerprint(gsm, m["source"]["version"])
+    assert read_manifest(out).to_json() == m  # the typed manifest reads back exactly what was written
     assert [s["path"] for s in m["epochs"][0]["splits"]] == [f"epoch-00000/split-0000{i}.lance" for i in range(4)]
     assert not (tmp_path / "out" / "_work").exists()
     # the written rows are the source rows, all columns, unchanged
@@ -101,7 +104,7 @@ def test_same_seed_gives_identical_content_and_other_seed_differs(synthetic, tmp
     b = materialize_shuffle(table=synthetic, output=str(tmp_path / "b"), epochs=1, splits=6, seed=3)
     c = materialize_shuffle(table=synthetic, output=str(tmp_path / "c"), epochs=1, splits=6, seed=4)
     assert checksums(a) == checksums(b)
-    assert a["fingerprint"] == b["fingerprint"] != c["fingerprint"]
+    assert a.fingerprint == b.fingerprint != c.fingerprint
     assert set(checksums(a).values()).isdisjoint(checksums(c).values())
 
 
@@ -133,8 +136,8 @@ def test_filter_materializes_only_matching_rows_and_counts_them(gsm, tmp_path):
     out = str(tmp_path / "out")
     m = materialize_shuffle(table=gsm, output=out, epochs=2, splits=4, filter="length > 150", columns=["id", "length"])
     src = lance.dataset(gsm).to_table(columns=["id", "length"], filter="length > 150")
-    assert 0 < m["num_selected_rows"] == src.num_rows < 400
-    assert m["columns"] == ["id", "length"]
+    assert 0 < m.num_selected_rows == src.num_rows < 400
+    assert m.columns == ("id", "length")
     for e in range(2):
         got = pa.concat_tables(
             [lance.dataset(os.path.join(out, split_path(e, s))).to_table() for s in range(4)]
@@ -150,11 +153,11 @@ def test_extending_epochs_adds_only_the_new_ones(synthetic, tmp_path):
     first = materialize_shuffle(table=synthetic, output=str(out), epochs=2, splits=4)
     before = {p: os.stat(p).st_mtime_ns for p in glob.glob(f"{out}/epoch-0000[01]/**", recursive=True)}
     second = materialize_shuffle(table=synthetic, output=str(out), epochs=3, splits=4)
-    assert [e["epoch"] for e in second["epochs"]] == [0, 1, 2]
+    assert [e.epoch for e in second.epochs] == [0, 1, 2]
     assert {p: os.stat(p).st_mtime_ns for p in before} == before
     assert {k: v for k, v in checksums(second).items() if k[0] < 2} == checksums(first)
     third = materialize_shuffle(table=synthetic, output=str(out), epochs=1, start_epoch=4, splits=4)
-    assert [e["epoch"] for e in third["epochs"]] == [0, 1, 2, 4]
+    assert [e.epoch for e in third.epochs] == [0, 1, 2, 4]
     assert verify(str(out)).ok
 
 
@@ -234,7 +237,7 @@ def test_output_holding_a_different_plan_is_refused_unless_overwrite(synthetic, 
     with pytest.raises(PrepError, match=r"holds a different plan .*seed 0 -> 1.*--overwrite"):
         materialize_shuffle(table=synthetic, output=out, epochs=1, splits=4, seed=1)
     m = materialize_shuffle(table=synthetic, output=out, epochs=1, splits=4, seed=1, overwrite=True)
-    assert m["plan"]["seed"] == 1 and verify(out).ok
+    assert m.plan.seed == 1 and verify(out).ok
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     for overwrite in (False, True):
@@ -252,7 +255,7 @@ def test_overwrite_and_extending_remove_only_what_materialize_wrote(synthetic, t
         (out / rel).write_bytes(data)
     materialize_shuffle(table=synthetic, output=str(out), epochs=2, splits=4, seed=0)  # extends: adds epoch 1
     m = materialize_shuffle(table=synthetic, output=str(out), epochs=1, splits=4, seed=1, start_epoch=3, overwrite=True)
-    assert [e["epoch"] for e in m["epochs"]] == [3] and verify(str(out)).ok
+    assert [e.epoch for e in m.epochs] == [3] and verify(str(out)).ok
     assert {rel: (out / rel).read_bytes() for rel in mine} == mine
     assert not (out / "epoch-00001").exists() and sorted(os.listdir(out / "epoch-00000")) == ["split-00000.csv"]
 
@@ -305,7 +308,7 @@ def test_pipeline_script_runs_like_the_cli(synthetic, tmp_path, ray_local):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "epochs 0..0 (1) x 4 splits, 6,000 of 6,000 rows selected" in proc.stdout
     same = materialize_shuffle(table=synthetic, output=str(tmp_path / "same"), epochs=1, splits=4)
-    assert checksums(json.loads((out / "manifest.json").read_text())) == checksums(same)
+    assert checksums(read_manifest(str(out))) == checksums(same)
 
 
 @pytest.mark.ray_cluster

@@ -14,6 +14,7 @@ import pytest
 
 import tables
 from prep.errors import PrepError
+from prep.manifest import Manifest
 from prep.materialize import local, materialize_shuffle
 from prep.verify import verify
 
@@ -30,12 +31,12 @@ def _no_cluster_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
 
 
-def _same_output(a: str, b: str, manifest_a: dict, manifest_b: dict) -> None:
+def _same_output(a: str, b: str, manifest_a: Manifest, manifest_b: Manifest) -> None:
     assert manifest_a == manifest_b  # same fingerprint, plan, counts, paths and checksums
-    for entry in manifest_a["epochs"]:
-        for s in entry["splits"]:
-            ids = [lance.dataset(os.path.join(d, s["path"])).to_table(columns=["id"]).column("id").to_numpy() for d in (a, b)]
-            assert np.array_equal(*ids), f"epoch {entry['epoch']} split {s['split']} differs"
+    for entry in manifest_a.epochs:
+        for s in entry.splits:
+            ids = [lance.dataset(os.path.join(d, s.path)).to_table(columns=["id"]).column("id").to_numpy() for d in (a, b)]
+            assert np.array_equal(*ids), f"epoch {entry.epoch} split {s.split} differs"
 
 
 @pytest.mark.parametrize("strategy,clump,filter", [

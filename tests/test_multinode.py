@@ -25,7 +25,8 @@ import pytest
 
 from conftest import REPO, VENV_BIN, _free_port
 from prep import storage
-from prep.verify import dataset_checksum, verify
+from prep.checksum import dataset_checksum
+from prep.verify import verify
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
@@ -73,7 +74,7 @@ cfg = load_config(PretokenizeConfig, sys.argv[5], input=f"{bucket}/raw/", output
 print(run_pretokenize(cfg)["executor"])
 m = materialize_shuffle(table=f"{bucket}/t.lance", output=f"{bucket}/shuffled", epochs=1, splits=2, executor="ray",
                         ray_address=address, ray_resources=resources)
-print(m["num_selected_rows"])
+print(m.num_selected_rows)
 """
 
 

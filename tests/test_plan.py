@@ -9,6 +9,7 @@ from prep import plan, world
 from prep.errors import PrepError
 from prep.plan import hash as plan_hash
 from prep.plan import permutation
+from prep.plan.spec import PlanSpec
 
 SHAPES = [(1000, 7, 1), (1003, 48, 4), (5, 8, 1), (97, 3, 10), (1, 1, 1), (4096, 48, 64)]
 
@@ -190,11 +191,11 @@ def test_world_size_not_dividing_splits_is_refused():
 
 
 def test_fingerprint_depends_on_source_version_and_plan():
-    p = {"num_splits": 48, "strategy": "random", "seed": 0}
-    a = plan.plan_fingerprint("t.lance", 1, p)
-    assert a == plan.plan_fingerprint("t.lance", 1, dict(reversed(list(p.items()))))
-    assert a != plan.plan_fingerprint("t.lance", 2, p)
-    assert a != plan.plan_fingerprint("t.lance", 1, {**p, "seed": 1})
+    p = PlanSpec(num_splits=48, strategy="random", seed=0)
+    a = p.fingerprint("t.lance", 1)
+    assert a == PlanSpec.from_json(dict(reversed(list(p.to_json().items())))).fingerprint("t.lance", 1)
+    assert a != p.fingerprint("t.lance", 2)
+    assert a != PlanSpec(num_splits=48, strategy="random", seed=1).fingerprint("t.lance", 1)
     assert len(a) == 16 and int(a, 16) >= 0
 
 

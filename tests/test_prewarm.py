@@ -12,7 +12,8 @@ import pytest
 import tables
 from prep.cli import main as cli_main
 from prep.errors import PrepError
-from prep.materialize import materialize_shuffle, split_path
+from prep.manifest import split_path
+from prep.materialize import materialize_shuffle
 from prep.prewarm import prewarm
 from prep.verify import verify
 
@@ -102,11 +103,11 @@ def test_materialize_verify_and_prewarm_through_s3(s3_env, s3_bucket, tmp_path):
     tables.synthetic_table(src, num_rows=500, max_len=30, storage_options=storage.lance_storage_options(src))
     out = f"s3://{s3_bucket}/shuffled"
     m = materialize_shuffle(table=src, output=out, epochs=2, splits=4, filter="length > 25")
-    assert m["source"]["uri"] == src and 0 < m["num_selected_rows"] < 500
+    assert m.source.uri == src and 0 < m.num_selected_rows < 500
     assert storage.exists(f"{out}/manifest.json") and not storage.exists(f"{out}/_work")
     assert verify(out).ok
     s = prewarm(out, cache=str(tmp_path / "cache"), rank=1, world_size=2)
     assert s["copied"] == 4 and s["splits"] == [2, 3]
     assert sum(lance.dataset(str(tmp_path / "cache" / split_path(0, sp))).count_rows() for sp in (2, 3)) == sum(
-        sp["num_rows"] for sp in m["epochs"][0]["splits"][2:]
+        sp.num_rows for sp in m.epoch(0).splits[2:]
     )

@@ -22,7 +22,7 @@ def out4(tmp_path):
     src, manifest = rf.cached_output("sft4")
     dst = str(tmp_path / "out")
     shutil.copytree(src, dst)
-    return dst, manifest
+    return dst, manifest.to_json()
 
 
 def test_a_directory_without_manifest_is_not_a_materialized_output(tmp_path, out4):

@@ -32,8 +32,7 @@ def test_reader_streams_materialize_output_exactly_once_and_matches_the_on_the_f
                 np.testing.assert_array_equal(got[r * per_rank + t], expected[t][r * 8:(r + 1) * 8])
         delivered = np.concatenate(got)
         assert len(set(delivered.tolist())) == len(delivered) == per_rank * g
-    plan = {k: manifest["plan"][k] for k in ("num_splits", "strategy", "seed")}
-    direct = ReaderDataset(prepared, global_batch_size=g, plan=plan, epochs=2)
+    direct = ReaderDataset(prepared, global_batch_size=g, plan=manifest.plan, epochs=2)
     materialized = ReaderDataset(out, global_batch_size=g)
     assert direct.state_dict() == materialized.state_dict()  # same fingerprint: a state taken on one resumes the other
     direct_batches, materialized_batches = list(direct), list(materialized)

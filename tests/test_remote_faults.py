@@ -17,6 +17,7 @@ from conftest import HYMENOPTERA
 from fault_proxy import KINDS, FaultProxy
 from prep import storage
 from prep.errors import PrepError
+from prep.manifest import Manifest
 from prep.materialize import materialize_shuffle
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.job import run_decode_images
@@ -24,7 +25,7 @@ from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
 from prep.prewarm import prewarm
 from prep.reader import ReaderDataset
 from prep.retry import RetryPolicy
-from prep.verify import dataset_checksum
+from prep.checksum import dataset_checksum
 
 pytestmark = [pytest.mark.s3]
 
@@ -80,7 +81,7 @@ def _decode(inputs, endpoint: str, name: str) -> str:
     return out
 
 
-def _materialize(inputs, endpoint: str, name: str) -> dict:
+def _materialize(inputs, endpoint: str, name: str) -> Manifest:
     return materialize_shuffle(table=inputs["table"], output=f"{inputs['bucket']}/out/{name}", epochs=2, splits=4,
                                read_rows=64, s3=_opts(endpoint))
 
@@ -108,8 +109,8 @@ def test_every_stage_through_faults_makes_the_fault_free_output(inputs, tokenize
                           world_size=1, s3=_opts(proxy.url))
         faulty_epochs = _epoch_ids(f"{inputs['bucket']}/out/shuffled-faulty", proxy.url)
     assert faulty == clean and clean["pretokenize"][0] == 120 and clean["decode"][0] == 12
-    splits = lambda m: [(e["epoch"], s["split"], s["num_rows"], s["checksum"]) for e in m["epochs"] for s in e["splits"]]
-    assert splits(faulty_manifest) == splits(manifest) and faulty_manifest["fingerprint"] != ""
+    splits = lambda m: [(e.epoch, s.split, s.num_rows, s.checksum) for e in m.epochs for s in e.splits]
+    assert splits(faulty_manifest) == splits(manifest) and len(splits(manifest)) == 8
     assert summary["copied"] == 8
     assert faulty_epochs == clean_epochs and sum(map(len, clean_epochs)) == 2 * 400 // 16 * 16
     assert proxy.fault_fraction >= 0.10, (proxy.requests, dict(proxy.faults))

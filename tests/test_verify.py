@@ -12,8 +12,10 @@ import pytest
 import tables
 from prep.cli import main as cli_main
 from prep.errors import PrepError
-from prep.materialize import materialize_shuffle, split_path
-from prep.verify import Checksum, table_checksum, verify
+from prep.manifest import split_path
+from prep.materialize import materialize_shuffle
+from prep.checksum import Checksum, table_checksum
+from prep.verify import verify
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 

@@ -7,6 +7,8 @@ import json
 import time
 
 from prep.cli.exits import at_least
+from prep.plan import STRATEGIES
+from prep.plan.spec import DEFAULT_SPLITS
 from prep.ray_runtime import parse_resources
 
 __all__ = ["register"]
@@ -26,8 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--table", required=True, help="prepared Lance table (local path or s3://)")
     p.add_argument("--output", required=True, help="output directory (local path or s3://)")
     p.add_argument("--epochs", type=at_least(1), required=True, help="number of epochs to write")
-    p.add_argument("--splits", type=at_least(1), default=48, help="number of splits (default 48: any world size dividing 48)")
-    p.add_argument("--strategy", default="random", choices=["random", "hash", "sequential", "round-robin"],
+    p.add_argument("--splits", type=at_least(1), default=DEFAULT_SPLITS,
+                   help=f"number of splits (default {DEFAULT_SPLITS}: any world size dividing it)")
+    p.add_argument("--strategy", default="random", choices=list(STRATEGIES),
                    help="how rows are assigned to splits (default random)")
     p.add_argument("--hash-columns", type=_names, default=["id"], help="comma-separated columns for --strategy hash (default id)")
     p.add_argument("--clump", type=at_least(1), default=1, help="rows per shuffled block (default 1)")
@@ -62,12 +65,12 @@ def run(args: argparse.Namespace) -> int:
         ray_resources=args.ray_resources,
     )
     if args.json:
-        print(json.dumps(manifest, indent=2))
+        print(json.dumps(manifest.to_json(), indent=2))
         return 0
-    epochs = [e["epoch"] for e in manifest["epochs"]]
+    epochs = [e.epoch for e in manifest.epochs]
     print(
-        f"{args.output}: epochs {epochs[0]}..{epochs[-1]} ({len(epochs)}) x {manifest['plan']['num_splits']} splits, "
-        f"{manifest['num_selected_rows']:,} of {manifest['source']['num_rows']:,} rows selected, "
-        f"fingerprint {manifest['fingerprint']}, {time.time() - t0:.1f}s"
+        f"{args.output}: epochs {epochs[0]}..{epochs[-1]} ({len(epochs)}) x {manifest.plan.num_splits} splits, "
+        f"{manifest.num_selected_rows:,} of {manifest.source.num_rows:,} rows selected, "
+        f"fingerprint {manifest.fingerprint}, {time.time() - t0:.1f}s"
     )
     return 0

@@ -19,7 +19,8 @@ works, measurements and trade-offs: docs/materialize.md. In short:
 
 Modules:
 
-- :mod:`prep.materialize.layout`: output paths, the format and ``read_manifest``
+- :mod:`prep.plan.spec`: the plan (:class:`~prep.plan.spec.PlanSpec`); :mod:`prep.manifest`: the manifest
+- :mod:`prep.materialize.layout`: the files of an output, and which of them prep may remove
 - :mod:`prep.materialize.job`: the :class:`Job` tasks receive, the per-worker dataset cache
 - :mod:`prep.materialize.rows`: reading selected rows, ids, hash keys; the filter sidecar
 - :mod:`prep.materialize.held`: rows held in memory, taken into a split's read order
@@ -33,19 +34,7 @@ Modules:
 from __future__ import annotations
 
 from prep.materialize.job import Job, job_for_manifest
-from prep.materialize.layout import FORMAT, MANIFEST, read_manifest, split_path
 from prep.materialize.rows import hash_keys_for, read_rows, selected_ids
 from prep.materialize.run import materialize_shuffle
 
-__all__ = [
-    "MANIFEST",
-    "FORMAT",
-    "split_path",
-    "read_manifest",
-    "materialize_shuffle",
-    "Job",
-    "job_for_manifest",
-    "read_rows",
-    "selected_ids",
-    "hash_keys_for",
-]
+__all__ = ["materialize_shuffle", "Job", "job_for_manifest", "read_rows", "selected_ids", "hash_keys_for"]

@@ -37,7 +37,7 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
     table = read_range(job, _dataset(job, job.source, job.version), start, stop)
     splits = plan.assign_rows(positions=np.arange(start, stop), hash_keys=hash_keys, **job.split_kwargs())
     order = np.argsort(splits, kind="stable")
-    bounds = np.searchsorted(splits[order], np.arange(job.plan["num_splits"] + 1))
+    bounds = np.searchsorted(splits[order], np.arange(job.plan.num_splits + 1))
     grouped = table.combine_chunks().take(pa.array(order))
     # Ray stores each slice compactly (only the slice's bytes), measured: no per-split copy needed here
     pieces = tuple(grouped.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:]))
@@ -54,7 +54,7 @@ def _gather_pieces(job: Job, source: Any, remote, hash_ref) -> list[list]:
     """Submits the gather map tasks; returns piece refs indexed [chunk][split]."""
     step = int(min(1 << 20, max(job.read_rows, GATHER_CHUNK_BYTES // bytes_per_row(job, source))))
     bounds = [(a, min(a + step, job.num_selected)) for a in range(0, job.num_selected, step)]
-    splits = job.plan["num_splits"]
+    splits = job.plan.num_splits
     refs = [
         remote.options(num_returns=splits).remote(_gather_chunk, f"gather rows [{a}, {b})", job, a, b, hash_ref)
         for a, b in bounds

@@ -11,7 +11,7 @@ of splits read in one sequential pass (:mod:`prep.materialize.local`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,7 @@ import pyarrow as pa
 from prep import plan
 from prep.materialize.job import Job, _dataset
 from prep.materialize.rows import read_range
+from prep.plan.spec import PlanSpec
 
 __all__ = ["Held", "hold_splits", "reads_scattered", "SCATTERED_BELOW_CLUMP", "SLICE_FROM_RUN_ROWS"]
 
@@ -26,14 +27,14 @@ SCATTERED_BELOW_CLUMP = 16  # clumps smaller than this make a Lance take read sc
 SLICE_FROM_RUN_ROWS = 16  # average run length from which runs are sliced rather than taken (see _pick)
 
 
-def reads_scattered(p: dict[str, Any]) -> bool:
+def reads_scattered(p: PlanSpec) -> bool:
     """Whether a split's rows are scattered over the table in small clumps, so that both
     executors read them with scans instead of Lance takes (a take per row costs ~5x a scan).
 
-    >>> reads_scattered({"strategy": "random", "clump": 1}), reads_scattered({"strategy": "sequential", "clump": 1})
+    >>> reads_scattered(PlanSpec(strategy="random")), reads_scattered(PlanSpec(strategy="sequential"))
     (True, False)
     """
-    return p["strategy"] != "sequential" and p["clump"] < SCATTERED_BELOW_CLUMP
+    return p.strategy != "sequential" and p.clump < SCATTERED_BELOW_CLUMP
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def hold_splits(job: Job, splits: range, hash_keys: np.ndarray | None, chunk_row
         The held rows and their positions.
     """
     source = _dataset(job, job.source, job.version)
-    every = splits == range(job.plan["num_splits"])
+    every = splits == range(job.plan.num_splits)
     kept, positions = [], []
     for start in range(0, job.num_selected, chunk_rows):
         stop = min(start + chunk_rows, job.num_selected)

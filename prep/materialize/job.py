@@ -12,6 +12,8 @@ from typing import Any
 
 from prep import lance_io, storage
 from prep.errors import PrepError, one_line
+from prep.manifest import Manifest
+from prep.plan.spec import PlanSpec
 
 __all__ = ["DEFAULT_LANCE_FORMAT", "Job", "job_for_manifest"]
 
@@ -28,7 +30,7 @@ class Job:
         source: source table URI.
         version: source table version the plan is computed on.
         columns: output columns, in order.
-        plan: the plan dict (as in the manifest).
+        plan: the plan.
         num_selected: rows in the selected row set.
         output: output directory URI.
         fingerprint: the plan's fingerprint.
@@ -43,7 +45,7 @@ class Job:
     source: str
     version: int
     columns: tuple[str, ...]
-    plan: dict[str, Any]
+    plan: PlanSpec
     num_selected: int
     output: str
     fingerprint: str
@@ -57,16 +59,15 @@ class Job:
         return storage.lance_storage_options(uri, self.s3)
 
     def split_kwargs(self) -> dict[str, Any]:
-        p = self.plan
-        return dict(num_rows=self.num_selected, num_splits=p["num_splits"], strategy=p["strategy"], seed=p["seed"], clump=p["clump"])
+        """The :mod:`prep.plan` arguments of this run's selected rows (add ``split``, ``epoch``, ``hash_keys``)."""
+        return dict(num_rows=self.num_selected, **self.plan.split_args())
 
 
-def job_for_manifest(manifest: dict[str, Any], path: str, s3: storage.S3Options | None = None) -> Job:
+def job_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None = None) -> Job:
     """A :class:`Job` describing the run that wrote ``manifest`` (no filter sidecar)."""
-    src = manifest["source"]
     return Job(
-        source=src["uri"], version=src["version"], columns=tuple(manifest["columns"]), plan=manifest["plan"],
-        num_selected=manifest["num_selected_rows"], output=path, fingerprint=manifest["fingerprint"],
+        source=manifest.source.uri, version=manifest.source.version, columns=manifest.columns, plan=manifest.plan,
+        num_selected=manifest.num_selected_rows, output=path, fingerprint=manifest.fingerprint,
         s3=(s3 or storage.S3Options()).resolved(),
     )
 

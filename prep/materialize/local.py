@@ -78,7 +78,7 @@ def run_local(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.
         if total > HOLD_BYTES and not reads_scattered(job.plan):
             return _run_all(pool, [(f"epoch {e} split {s}", _write_split, (job, e, s, hash_keys)) for e, s in todo])
         chunk_rows = max(job.read_rows, _READ_BYTES // row_bytes)
-        for group in _groups(job.plan["num_splits"], total):
+        for group in _groups(job.plan.num_splits, total):
             mine = [(e, s) for e, s in todo if s in group]
             if not mine:
                 continue

@@ -55,16 +55,16 @@ def bytes_per_row(job: Job, source: Any) -> int:
 
 def selected_ids(job: Job, source: Any) -> np.ndarray:
     """The ``id`` column of the selected rows, in selection order (for verify)."""
-    filt = job.plan["filter"]
+    filt = job.plan.filter
     return source.to_table(columns=["id"], filter=filt).column("id").to_numpy()
 
 
 def hash_keys_for(job: Job, source: Any) -> np.ndarray:
     """One uint64 key per selected row from ``hash_columns`` (8 bytes a row, read in one pass)."""
-    cols = list(job.plan["hash_columns"] or [])
+    cols = list(job.plan.hash_columns or [])
     parts = [
         plan_hash.row_keys(pa.Table.from_batches([b]), cols)
-        for b in source.to_batches(columns=cols, filter=job.plan["filter"], batch_size=65536)
+        for b in source.to_batches(columns=cols, filter=job.plan.filter, batch_size=65536)
         if b.num_rows
     ]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
@@ -75,7 +75,7 @@ def hash_keys_for(job: Job, source: Any) -> np.ndarray:
 
 def _write_selection(job: Job, source: Any, uri: str) -> int:
     """Writes the row addresses of rows matching the filter to ``uri``; returns their count."""
-    filt = job.plan["filter"]
+    filt = job.plan.filter
     try:
         scanner = source.scanner(columns=[], filter=filt, with_row_address=True, batch_size=1 << 16)
         reader = scanner.to_reader()

@@ -15,12 +15,15 @@ from dataclasses import replace
 from typing import Any, Literal, Sequence, get_args
 
 from prep import __version__ as prep_version
-from prep import lance_io, plan, storage
+from prep import lance_io, storage
 from prep.errors import PrepError
+from prep.jsonfile import read_json_file
+from prep.manifest import MANIFEST, Epoch, Manifest, Source, SplitFile, read_manifest, write_manifest
 from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset
-from prep.materialize.layout import FORMAT, JOB_FILE, JOB_NAME, MANIFEST, WORK, owned_entries, read_json_file, read_manifest
+from prep.materialize.layout import JOB_FILE, JOB_NAME, WORK, owned_entries
 from prep.materialize.local import run_local
 from prep.materialize.rows import _write_selection, hash_keys_for
+from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
 from prep.ray_runtime import use_ray
 
 __all__ = ["materialize_shuffle", "Executor", "EXECUTORS"]
@@ -53,14 +56,14 @@ def _existing_output(output: str, s3: storage.S3Options) -> dict | None:
         raise PrepError(f"{marker} was not written by {JOB_NAME}: {fix}")
     manifest = storage.join(output, MANIFEST)
     if storage.exists(manifest, s3):
-        return read_manifest(output, s3)
+        return read_manifest(output, s3).to_json()
     raise PrepError(
         f"--output {output} is not empty and holds no prep materialized output (no {MANIFEST} or {JOB_FILE}): {fix}"
     )
 
 
-def _check_plan(output: str, old: dict | None, fingerprint: str, p: dict, source_uri: str, version: int, overwrite: bool,
-                s3: storage.S3Options) -> None:
+def _check_plan(output: str, old: dict | None, fingerprint: str, spec: PlanSpec, source_uri: str, version: int,
+                overwrite: bool, s3: storage.S3Options) -> None:
     """Resume the same plan; refuse a different one unless --overwrite, which removes only prep's files."""
     if old is None or old.get("fingerprint") == fingerprint:
         return
@@ -71,7 +74,8 @@ def _check_plan(output: str, old: dict | None, fingerprint: str, p: dict, source
             why.append(f"source {old_src.get('uri')} -> {source_uri}")
         if old_src.get("version") != version:
             why.append(f"source version {old_src.get('version')} -> {version} (the table changed since)")
-        why += [f"{k} {old.get('plan', {}).get(k)!r} -> {v!r}" for k, v in p.items() if old.get("plan", {}).get(k) != v]
+        old_plan = old.get("plan") if isinstance(old.get("plan"), dict) else {}
+        why += [f"{k} {old_plan.get(k)!r} -> {v!r}" for k, v in spec.to_json().items() if old_plan.get(k) != v]
         raise PrepError(
             f"output {output} holds a different plan (fingerprint {old.get('fingerprint')}, this run {fingerprint}: "
             f"{'; '.join(why) or 'different'}); pass --overwrite to replace it or choose another --output"
@@ -123,7 +127,7 @@ def materialize_shuffle(
     table: str,
     output: str,
     epochs: int,
-    splits: int = 48,
+    splits: int = DEFAULT_SPLITS,
     strategy: str = "random",
     hash_columns: Sequence[str] = ("id",),
     clump: int = 1,
@@ -139,7 +143,7 @@ def materialize_shuffle(
     num_cpus: int | None = None,
     executor: Executor = "auto",
     ray_resources: dict[str, float] | None = None,
-) -> dict[str, Any]:
+) -> Manifest:
     """Materializes epochs ``[start_epoch, start_epoch + epochs)`` of a shuffle plan.
 
     Four steps: resolve (check the arguments, the source and the output; write
@@ -150,13 +154,8 @@ def materialize_shuffle(
         table: prepared Lance table (local path or ``s3://``).
         output: output directory (local path or ``s3://``).
         epochs: number of epochs to write in this run (>= 1).
-        splits: number of splits (default 48: world sizes 1,2,3,4,6,8,12,16,24,48).
-        strategy: ``random`` (default), ``hash``, ``sequential`` or ``round-robin``.
-        hash_columns: columns whose values the ``hash`` strategy hashes (default ``id``).
-        clump: rows per shuffled block (default 1).
-        seed: plan seed (default 0).
-        filter: Lance SQL filter; only matching rows are materialized (default: all).
-        columns: columns to write (default: all).
+        splits, strategy, hash_columns, clump, seed, filter, columns: the plan
+            (:class:`prep.plan.spec.PlanSpec`, which checks them and documents them).
         start_epoch: first epoch of this run (default 0).
         overwrite: replace an output that holds a different plan (default False).
         s3: S3 endpoint/keys (default: the AWS environment).
@@ -178,43 +177,36 @@ def materialize_shuffle(
         PrepError: missing/empty table, bad filter or plan arguments, or an
             output directory that holds a different plan.
     """
-    if executor not in EXECUTORS:
-        raise PrepError(f"executor={executor!r} is not one of {list(EXECUTORS)}")
-    job, source = _resolve(
-        table=table, output=output, epochs=epochs, splits=splits, strategy=strategy, hash_columns=hash_columns,
-        clump=clump, seed=seed, filter=filter, columns=columns, start_epoch=start_epoch, overwrite=overwrite, s3=s3,
-        read_rows=read_rows, lance_format=lance_format,
-    )
+    _check_run_args(epochs=epochs, start_epoch=start_epoch, read_rows=read_rows, executor=executor)
+    spec = PlanSpec(num_splits=splits, strategy=strategy, hash_columns=tuple(hash_columns), clump=clump, seed=seed,
+                    filter=filter or None, columns=tuple(columns) if columns else None)
+    job, source = _resolve(table, output, spec, overwrite=overwrite, s3=s3, read_rows=read_rows, lance_format=lance_format)
     job = _select(job, source)
     run_epochs = range(start_epoch, start_epoch + epochs)
-    done = _done_records(job, run_epochs)
-    todo = [(e, s) for e in run_epochs for s in range(splits) if (e, s) not in done]
     on_ray = executor == "ray" or (executor == "auto" and use_ray(ray_address))
-    log.info("plan %s: %d selected rows, %d of %d splits to write (%s)", job.fingerprint, job.num_selected, len(todo),
-             len(run_epochs) * splits, "Ray" if on_ray else "local")
-    if todo:
-        t0 = time.time()
-        for rec in _run_tasks(job, source, todo, on_ray=on_ray, ray_address=ray_address, num_cpus=num_cpus,
-                              resources=ray_resources):
-            done[(rec["epoch"], rec["split"])] = rec
-        log.info("wrote %d splits in %.1fs", len(todo), time.time() - t0)
+    done = _run_tasks(job, source, run_epochs, on_ray=on_ray, ray_address=ray_address, num_cpus=num_cpus,
+                      resources=ray_resources)
     return _finalize(job, source, run_epochs, done)
 
 
-def _resolve(*, table: str, output: str, epochs: int, splits: int, strategy: str, hash_columns: Sequence[str],
-             clump: int, seed: int, filter: str | None, columns: Sequence[str] | None, start_epoch: int,
-             overwrite: bool, s3: storage.S3Options | None, read_rows: int, lance_format: str) -> tuple[Job, Any]:
-    """Checks the arguments, the source and the output; writes the job marker. Returns the job and the open source."""
+def _check_run_args(*, epochs: int, start_epoch: int, read_rows: int, executor: str) -> None:
+    """The arguments of the run that are not the plan's (the plan checks its own)."""
+    if executor not in EXECUTORS:
+        raise PrepError(f"executor={executor!r} is not one of {list(EXECUTORS)}")
     if epochs < 1:
         raise PrepError(f"epochs={epochs} must be >= 1")
     if start_epoch < 0:
         raise PrepError(f"start_epoch={start_epoch} must be >= 0")
     if read_rows < 1:
         raise PrepError(f"read_rows={read_rows} must be >= 1")
+
+
+def _resolve(table: str, output: str, spec: PlanSpec, *, overwrite: bool, s3: storage.S3Options | None, read_rows: int,
+             lance_format: str) -> tuple[Job, Any]:
+    """Checks the source and the output against ``spec``; writes the job marker. Returns the job and the open source."""
     s3 = (s3 or storage.S3Options()).resolved()
     source_uri = table if storage.is_remote(table) else os.path.abspath(table)
     output = output if storage.is_remote(output) else os.path.abspath(output)
-    plan.validate(num_rows=0, num_splits=splits, strategy=strategy, seed=seed, clump=clump)
     old = _existing_output(output, s3)
     if not storage.is_remote(source_uri) and not os.path.exists(source_uri):
         raise PrepError(f"--table {table}: no such path; pass a prepared Lance table (see `prep pretokenize`)")
@@ -223,31 +215,28 @@ def _resolve(*, table: str, output: str, epochs: int, splits: int, strategy: str
     if total == 0:
         raise PrepError(f"table {source_uri} (version {version}) is empty: there is nothing to shuffle")
     names = source.schema.names
-    out_columns = list(columns) if columns else names
+    out_columns = list(spec.columns or names)
     unknown = [c for c in out_columns if c not in names]
     if unknown:
         raise PrepError(f"--columns {unknown} are not in {source_uri}; it has {names}")
-    if strategy == "hash":
-        missing = [c for c in hash_columns if c not in names]
-        if not hash_columns or missing:
-            raise PrepError(f"--hash-columns {list(hash_columns)} must name columns of {source_uri}; it has {names}")
-    p = {"num_splits": splits, "strategy": strategy, "hash_columns": list(hash_columns), "clump": clump,
-         "seed": seed, "filter": filter or None, "columns": list(columns) if columns else None}
-    fingerprint = plan.plan_fingerprint(source_uri, version, p)
-    _check_plan(output, old, fingerprint, p, source_uri, version, overwrite, s3)
-    job = Job(source=source_uri, version=version, columns=tuple(out_columns), plan=p, num_selected=total,
+    if spec.strategy == "hash" and any(c not in names for c in spec.hash_columns):
+        raise PrepError(f"--hash-columns {list(spec.hash_columns)} must name columns of {source_uri}; it has {names}")
+    fingerprint = spec.fingerprint(source_uri, version)
+    _check_plan(output, old, fingerprint, spec, source_uri, version, overwrite, s3)
+    job = Job(source=source_uri, version=version, columns=tuple(out_columns), plan=spec, num_selected=total,
               output=output, fingerprint=fingerprint, s3=s3, read_rows=read_rows, lance_format=lance_format,
               run_id=uuid.uuid4().hex)
     storage.write_json_atomic(
         storage.join(output, JOB_FILE),
-        {"job": JOB_NAME, "fingerprint": fingerprint, "plan": p, "source": {"uri": source_uri, "version": version}}, s3,
+        {"job": JOB_NAME, "fingerprint": fingerprint, "plan": spec.to_json(), "source": {"uri": source_uri, "version": version}},
+        s3,
     )
     return job, source
 
 
 def _select(job: Job, source: Any) -> Job:
     """With a filter: the selection sidecar (kept from an interrupted run of the same plan) and its row count."""
-    filt = job.plan["filter"]
+    filt = job.plan.filter
     if filt:
         sel = storage.join(job.output, WORK, "selection.lance")
         meta = lance_io.prep_metadata(_dataset(job, sel)) if lance_io.table_exists(sel, job.lance_options(sel)) else {}
@@ -258,55 +247,57 @@ def _select(job: Job, source: Any) -> Job:
         if selected == 0:
             raise PrepError(f"--filter {filt!r} matched none of the {job.num_selected:,} rows of {job.source}; check the column values")
         job = replace(job, selection=sel, num_selected=selected)
-    if job.num_selected < job.plan["num_splits"]:
-        log.warning("only %d selected rows for %d splits: some splits will be empty", job.num_selected, job.plan["num_splits"])
+    if job.num_selected < job.plan.num_splits:
+        log.warning("only %d selected rows for %d splits: some splits will be empty", job.num_selected, job.plan.num_splits)
     return job
 
 
-def _run_tasks(job: Job, source: Any, todo: list[tuple[int, int]], *, on_ray: bool, ray_address: str | None,
-               num_cpus: int | None, resources: dict[str, float] | None = None) -> list[dict]:
-    """Writes the (epoch, split) pairs in ``todo`` on Ray or in this process; returns their done records."""
-    keys = hash_keys_for(job, source) if job.plan["strategy"] == "hash" else None
+def _run_tasks(job: Job, source: Any, run_epochs: range, *, on_ray: bool, ray_address: str | None,
+               num_cpus: int | None, resources: dict[str, float] | None = None) -> dict[tuple[int, int], dict]:
+    """Writes the (epoch, split) pairs of ``run_epochs`` not done yet, on Ray or in this process; returns all done records."""
+    done = _done_records(job, run_epochs)
+    todo = [(e, s) for e in run_epochs for s in range(job.plan.num_splits) if (e, s) not in done]
+    log.info("plan %s: %d selected rows, %d of %d splits to write (%s)", job.fingerprint, job.num_selected, len(todo),
+             len(run_epochs) * job.plan.num_splits, "Ray" if on_ray else "local")
+    if not todo:
+        return done
+    t0 = time.time()
+    keys = hash_keys_for(job, source) if job.plan.strategy == "hash" else None
     if on_ray:
         from prep.materialize.on_ray import run_on_ray  # imports Ray: only when it is used
 
-        return run_on_ray(job, source, todo, keys, address=ray_address, num_cpus=num_cpus, resources=resources)
-    return run_local(job, source, todo, keys, num_cpus=num_cpus)
+        records = run_on_ray(job, source, todo, keys, address=ray_address, num_cpus=num_cpus, resources=resources)
+    else:
+        records = run_local(job, source, todo, keys, num_cpus=num_cpus)
+    done.update({(rec["epoch"], rec["split"]): rec for rec in records})
+    log.info("wrote %d splits in %.1fs", len(todo), time.time() - t0)
+    return done
 
 
-def _finalize(job: Job, source: Any, run_epochs: range, done: dict) -> dict[str, Any]:
+def _finalize(job: Job, source: Any, run_epochs: range, done: dict[tuple[int, int], dict]) -> Manifest:
     """Writes the manifest (last, atomically), then removes ``_work``."""
-    manifest = _manifest(job, source, run_epochs, done, job.s3)
-    storage.write_json_atomic(storage.join(job.output, MANIFEST), manifest, job.s3)
+    manifest = _manifest(job, source, run_epochs, done)
+    write_manifest(job.output, manifest, job.s3)
     fs, work = storage.filesystem(storage.join(job.output, WORK), job.s3)
     if fs.exists(work):
         fs.rm(work, recursive=True)
     return manifest
 
 
-def _manifest(job: Job, source: Any, run_epochs: range, done: dict, s3: storage.S3Options) -> dict[str, Any]:
-    old = {}
-    uri = storage.join(job.output, MANIFEST)
-    if storage.exists(uri, s3):
-        prev = read_manifest(job.output, s3)
-        if prev["fingerprint"] == job.fingerprint:
-            old = {e["epoch"]: e for e in prev["epochs"]}
+def _manifest(job: Job, source: Any, run_epochs: range, done: dict[tuple[int, int], dict]) -> Manifest:
+    """The manifest of this run's epochs plus those an earlier run of the same plan wrote."""
+    epochs: dict[int, Epoch] = {}
+    if storage.exists(storage.join(job.output, MANIFEST), job.s3):
+        prev = read_manifest(job.output, job.s3)
+        if prev.fingerprint == job.fingerprint:
+            epochs = {e.epoch: e for e in prev.epochs}
     for e in run_epochs:
-        old[e] = {
-            "epoch": e,
-            "splits": [
-                {k: done[(e, s)][k] for k in ("split", "path", "num_rows", "checksum")}
-                for s in range(job.plan["num_splits"])
-            ],
-        }
-    return {
-        "format": FORMAT,
-        "prep_version": prep_version,
-        "fingerprint": job.fingerprint,
-        "source": {"uri": job.source, "version": job.version, "num_rows": source.count_rows(),
-                   "metadata": lance_io.prep_metadata(source)},
-        "plan": job.plan,
-        "num_selected_rows": job.num_selected,
-        "columns": list(job.columns),
-        "epochs": [old[e] for e in sorted(old)],
-    }
+        files = (done[(e, s)] for s in range(job.plan.num_splits))
+        epochs[e] = Epoch(epoch=e, splits=tuple(
+            SplitFile(split=r["split"], path=r["path"], num_rows=r["num_rows"], checksum=r["checksum"]) for r in files))
+    return Manifest(
+        prep_version=prep_version, fingerprint=job.fingerprint,
+        source=Source(uri=job.source, version=job.version, num_rows=source.count_rows(), metadata=lance_io.prep_metadata(source)),
+        plan=job.plan, num_selected_rows=job.num_selected, columns=job.columns,
+        epochs=tuple(epochs[e] for e in sorted(epochs)),
+    )

@@ -21,7 +21,9 @@ import pyarrow as pa
 from prep import lance_io, plan, storage
 from prep.materialize.held import Held
 from prep.materialize.job import Job, _dataset
-from prep.materialize.layout import _done_path, split_path
+from prep.checksum import Checksum
+from prep.manifest import split_path
+from prep.materialize.layout import done_path
 from prep.materialize.rows import read_rows
 
 __all__: list[str] = []
@@ -53,8 +55,6 @@ def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None,
     """
     import lance
 
-    from prep.verify import Checksum
-
     rel = split_path(epoch, split)
     uri = storage.join(job.output, rel)
     lance_io.remove_table(uri, job.s3)  # a killed attempt may have left data files
@@ -74,5 +74,5 @@ def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None,
     )
     record = {"fingerprint": job.fingerprint, "epoch": epoch, "split": split, "path": rel,
               "num_rows": checksum.num_rows, "checksum": checksum.hexdigest()}
-    storage.write_json_atomic(storage.join(job.output, _done_path(epoch, split)), record, job.s3)
+    storage.write_json_atomic(storage.join(job.output, done_path(epoch, split)), record, job.s3)
     return record

@@ -12,6 +12,9 @@ permutation every epoch (``SeedSequence([seed, epoch, split])``, see
 - ``random``: a seeded bijection of blocks, cut into ranges (:mod:`prep.plan.random`)
 - ``hash``: a seeded hash of chosen columns (:mod:`prep.plan.hash`)
 
+The plan's parameters, their JSON form and fingerprint live in one typed spec,
+:class:`prep.plan.spec.PlanSpec`.
+
 Positions are ``0 .. num_rows - 1`` into the selected row set (the table, or
 the rows that matched the filter, in table order).
 
@@ -22,9 +25,7 @@ True
 
 from __future__ import annotations
 
-import hashlib
-import json
-from typing import Any, Iterator, Protocol
+from typing import Iterator, Protocol
 
 import numpy as np
 
@@ -45,7 +46,6 @@ __all__ = [
     "locate_row",
     "assign_rows",
     "validate",
-    "plan_fingerprint",
 ]
 
 
@@ -227,17 +227,3 @@ def locate_row(
     )
     u = module.units(num_rows=num_rows, num_splits=num_splits, split=split, seed=seed, clump=clump, hash_keys=hash_keys)
     return split, _units.index_of(u, seed=seed, epoch=epoch, split=split, unit=unit, offset=offset)
-
-
-def plan_fingerprint(source_uri: str, source_version: int, plan: dict[str, Any]) -> str:
-    """16 hex chars: sha256 of the canonical JSON of source uri, version and plan.
-
-    >>> len(plan_fingerprint("t.lance", 1, {"num_splits": 48}))
-    16
-    """
-    canonical = json.dumps(
-        {"source_uri": source_uri, "source_version": int(source_version), "plan": plan},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

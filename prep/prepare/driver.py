@@ -23,6 +23,7 @@ import pyarrow as pa
 
 import prep
 from prep import lance_io, storage
+from prep.lance_io import TABLE_FORMAT
 from prep.config import JobConfig, config_hash
 from prep.errors import PrepError
 from prep.prepare.isolation import Limits
@@ -31,11 +32,10 @@ from prep.outputs import claim_outputs
 from prep.prepare.rejects import REJECTS_SCHEMA
 from prep.ray_runtime import use_ray
 
-__all__ = ["JobPlan", "PrepareJob", "run_prepare", "executor_for", "where_it_ran", "commit_and_reconcile", "TABLE_FORMAT"]
+__all__ = ["JobPlan", "PrepareJob", "run_prepare", "executor_for", "where_it_ran", "commit_and_reconcile"]
 
 log = logging.getLogger(__name__)
 
-TABLE_FORMAT = "prep.table/1"
 REQUIRED_COUNTS = ("rows_read", "rows_accepted", "rows_rejected", "rows_written", "files_rejected")
 
 

@@ -12,12 +12,13 @@ process that iterates (see :mod:`prep.reader.forksafe`).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from prep import storage
+from prep.plan.spec import PlanSpec
 from prep.reader import forksafe
 from prep.reader import state as st
 from prep.reader.batch import Batch
@@ -42,7 +43,8 @@ class ReaderDataset(IterableDataset):
             ``SLURM_PROCID``, else 0; see :func:`prep.world.rank_and_world_size`).
         world_size: ranks (default: from the same source as the rank); must divide the number of splits.
         epochs: which epochs to read (default: all in the manifest; with ``plan``: an int n reads 0..n-1).
-        plan: read a prepared table directly with this shuffle plan (keys of the manifest's ``plan``).
+        plan: read a prepared table directly with this shuffle plan (a :class:`prep.plan.spec.PlanSpec`,
+            or some of its keys: the rest default).
         transform: ``fn(batch) -> dict of tensors``, run on ``transform_threads`` threads.
         transform_threads: threads for ``transform`` (default 2).
         pad_id: padding token (default: the table's tokenizer pad id, else its eos id).
@@ -65,7 +67,7 @@ class ReaderDataset(IterableDataset):
     """
 
     def __init__(self, path: str, *, global_batch_size: int, rank: int | None = None, world_size: int | None = None,
-                 epochs: int | Sequence[int] | None = None, plan: dict[str, Any] | None = None,
+                 epochs: int | Sequence[int] | None = None, plan: PlanSpec | Mapping[str, Any] | None = None,
                  transform: Callable[[Batch], dict] | None = None, transform_threads: int = 2,
                  pad_id: int | None = None, token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
                  image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,

@@ -1,4 +1,4 @@
-"""Open a materialized output: read and check ``manifest.json``, open split datasets.
+"""Open a materialized output: its manifest (read by :func:`prep.manifest.read_manifest`), its split datasets.
 
 The manifest (``docs/architecture.md``, "Materialized epochs") is the only thing
 the reader trusts: it names every (epoch, split) dataset and its row count, and
@@ -17,7 +17,7 @@ import numpy as np
 
 from prep import storage
 from prep.errors import PrepError
-from prep.materialize.layout import read_manifest
+from prep.manifest import read_manifest
 from prep.reader.source import SplitTable
 
 __all__ = ["Materialized"]
@@ -64,25 +64,19 @@ class Materialized:
             The output's description.
 
         Raises:
-            PrepError: no manifest, or a manifest that breaks the documented format
-                (checked by :func:`prep.materialize.layout.check_manifest`).
+            PrepError: no manifest, or a manifest that breaks the documented format.
         """
-        doc = read_manifest(uri, s3)
-        rows: dict[int, np.ndarray] = {}
-        paths: dict[int, tuple[str, ...]] = {}
-        for entry in doc["epochs"]:
-            rows[entry["epoch"]] = np.array([s["num_rows"] for s in entry["splits"]], dtype=np.int64)
-            paths[entry["epoch"]] = tuple(s["path"] for s in entry["splits"])
+        m = read_manifest(uri, s3)
         return cls(
             uri=uri,
-            fingerprint=doc["fingerprint"],
-            num_splits=doc["plan"]["num_splits"],
-            epochs=tuple(sorted(rows)),
-            split_rows=rows,
-            split_paths=paths,
-            columns=tuple(doc["columns"]),
-            metadata=dict(doc["source"].get("metadata") or {}),
-            source_version=doc["source"]["version"],
+            fingerprint=m.fingerprint,
+            num_splits=m.plan.num_splits,
+            epochs=tuple(e.epoch for e in m.epochs),
+            split_rows={e.epoch: np.array([s.num_rows for s in e.splits], dtype=np.int64) for e in m.epochs},
+            split_paths={e.epoch: tuple(s.path for s in e.splits) for e in m.epochs},
+            columns=m.columns,
+            metadata=dict(m.source.metadata),
+            source_version=m.source.version,
             s3=s3,
         )
 

@@ -10,35 +10,32 @@ CPU), which is the price of skipping materialization; resuming is still a seek
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from prep import plan as planlib
 from prep import storage
 from prep.errors import PrepError
+from prep.lance_io import open_table, prep_metadata
+from prep.plan.hash import row_keys
+from prep.plan.spec import PlanSpec
 from prep.reader import forksafe
 from prep.reader.source import SplitTable
 
-__all__ = ["Planned", "normalize_plan"]
-
-_PLAN_DEFAULTS: dict[str, Any] = {"num_splits": 48, "strategy": "random", "hash_columns": ["id"], "clump": 1,
-                                  "seed": 0, "filter": None, "columns": None}
+__all__ = ["Planned", "plan_spec"]
 
 
-def normalize_plan(plan: dict[str, Any]) -> dict[str, Any]:
-    """The plan with every key of the manifest's ``plan`` block (defaults filled in).
+def plan_spec(plan: PlanSpec | Mapping[str, Any]) -> PlanSpec:
+    """The spec of an on-the-fly plan: a :class:`PlanSpec`, or the keys of one (the rest default).
 
     Raises:
-        PrepError: unknown keys, or a filter (filtered plans must be materialized).
+        PrepError: unknown keys or bad values, or a filter (filtered plans must be materialized).
     """
-    unknown = sorted(set(plan) - set(_PLAN_DEFAULTS))
-    if unknown:
-        raise PrepError(f"plan has unknown keys {unknown}; known: {sorted(_PLAN_DEFAULTS)}")
-    out = {**_PLAN_DEFAULTS, **plan}
-    if out["filter"] is not None:
-        raise PrepError(f"plan filter={out['filter']!r}: reading with a filter needs `prep materialize-shuffle`")
-    out["hash_columns"] = list(out["hash_columns"])
-    return out
+    spec = plan if isinstance(plan, PlanSpec) else PlanSpec.from_json(plan, fill_defaults=True)
+    if spec.filter is not None:
+        raise PrepError(f"plan filter={spec.filter!r}: reading with a filter needs `prep materialize-shuffle`")
+    return spec
 
 
 class Planned:
@@ -46,41 +43,38 @@ class Planned:
 
     Args:
         uri: the prepared Lance table.
-        plan: the plan (keys of the manifest's ``plan`` block; see :func:`normalize_plan`).
+        plan: the plan (a :class:`PlanSpec` or the keys of one; see :func:`plan_spec`).
         epochs: how many epochs (0..n-1), or which.
         version: the table version (default: the latest, pinned at open).
         s3: where to reach ``s3://`` URIs.
     """
 
-    def __init__(self, uri: str, plan: dict[str, Any], epochs: int | Sequence[int] = 1, *,
+    def __init__(self, uri: str, plan: PlanSpec | Mapping[str, Any], epochs: int | Sequence[int] = 1, *,
                  version: int | None = None, s3: storage.S3Options | None = None) -> None:
-        from prep import plan as planlib  # prep.plan is pure NumPy: no Ray
-        from prep.lance_io import open_table, prep_metadata
-
         # the absolute path, as `prep materialize-shuffle` records it: same plan -> same fingerprint
         uri = uri if storage.is_remote(uri) else os.path.abspath(uri)
-        self.uri, self.s3, self.plan = uri, s3, normalize_plan(plan)
-        planlib.validate(num_rows=0, num_splits=self.plan["num_splits"], strategy=self.plan["strategy"],
-                         seed=self.plan["seed"], clump=self.plan["clump"])
+        self.uri, self.s3, self.plan = uri, s3, plan_spec(plan)
         ds = open_table(uri, version, storage.lance_storage_options(uri, s3))
         self.source_version, self.num_rows, self.metadata = ds.version, ds.count_rows(), prep_metadata(ds)
-        self.num_splits = self.plan["num_splits"]
+        self.num_splits = self.plan.num_splits
         self.epochs = tuple(range(epochs)) if isinstance(epochs, int) else tuple(sorted(epochs))
-        self.fingerprint = planlib.plan_fingerprint(uri, self.source_version, self.plan)
-        self.columns = tuple(ds.schema.names)
-        self._hash_keys = self._keys(ds) if self.plan["strategy"] == "hash" else None
-        sizes = np.array([planlib.split_size(num_rows=self.num_rows, num_splits=self.num_splits, split=s,
-                                             **self._plan_args()) for s in range(self.num_splits)], dtype=np.int64)
+        self.fingerprint = self.plan.fingerprint(uri, self.source_version)
+        self.columns = self.plan.columns or tuple(ds.schema.names)
+        missing = [c for c in self.columns if c not in ds.schema.names]
+        if missing:
+            raise PrepError(f"plan columns {missing} are not in {uri}; it has {ds.schema.names}")
+        self._hash_keys = self._keys(ds) if self.plan.strategy == "hash" else None
+        sizes = np.array([planlib.split_size(num_rows=self.num_rows, split=s, **self._plan_args())
+                          for s in range(self.num_splits)], dtype=np.int64)
         self.split_rows = {e: sizes for e in self.epochs}
 
     def _keys(self, ds: Any) -> np.ndarray:
-        from prep.plan.hash import row_keys
-
-        return row_keys(ds.to_table(columns=self.plan["hash_columns"]), self.plan["hash_columns"])
+        columns = list(self.plan.hash_columns)
+        return row_keys(ds.to_table(columns=columns), columns)
 
     def _plan_args(self) -> dict[str, Any]:
-        return {"strategy": self.plan["strategy"], "seed": self.plan["seed"], "clump": self.plan["clump"],
-                "hash_keys": self._hash_keys}
+        """:mod:`prep.plan` arguments besides ``num_rows``, ``split`` and ``epoch``."""
+        return {**self.plan.split_args(), "hash_keys": self._hash_keys}
 
     def open_split(self, epoch: int, split: int, columns: list[str]) -> "PlannedSplit":
         """Split ``split`` of ``epoch``, on this process's own handle of the pinned table version."""
@@ -111,12 +105,9 @@ class PlannedSplit:
 
     def positions(self, rows: np.ndarray) -> np.ndarray:
         """Table rows of this split's read-order ``rows``."""
-        from prep import plan as planlib
-
         start, stop = int(rows[0]), int(rows[-1]) + 1
         if rows[0] < 0 or stop > self._layout.split_rows[self._epoch][self._split]:
             raise PrepError(f"rows {start}..{stop - 1} are outside split {self._split} of {self._layout.uri}")
-        order = planlib.split_rows_range(num_rows=self._layout.num_rows, num_splits=self._layout.num_splits,
-                                         split=self._split, epoch=self._epoch, start=start, stop=stop,
+        order = planlib.split_rows_range(num_rows=self._layout.num_rows, split=self._split, epoch=self._epoch, start=start, stop=stop,
                                          **self._layout._plan_args())
         return order[rows - start]

@@ -1,0 +1,203 @@
+"""The manifest of a materialized output: its one typed form and its one strict reader.
+
+``OUT/manifest.json`` (format :data:`FORMAT`, docs/architecture.md, "Materialized
+epochs") is written last by ``prep materialize-shuffle`` and is the only thing
+verify, prewarm and the reader trust: the plan (:class:`prep.plan.spec.PlanSpec`),
+the source table and version, and every (epoch, split) dataset with its rows and
+content checksum. :func:`read_manifest` is the only parser; anything wrong is one
+line naming the file and the first bad key, and telling to re-run materialize.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from prep import storage
+from prep.errors import PrepError
+from prep.jsonfile import read_json_file
+from prep.outputs import MARKER
+from prep.plan.spec import PlanSpec
+
+__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "Manifest", "read_manifest", "write_manifest", "split_path"]
+
+FORMAT = "prep.materialized/1"
+MANIFEST = "manifest.json"
+_RERUN = "rerun `prep materialize-shuffle` to rewrite it"
+_FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
+_KEYS = ("format", "prep_version", "fingerprint", "source", "plan", "num_selected_rows", "columns", "epochs")
+
+
+def split_path(epoch: int, split: int) -> str:
+    """Relative path of one (epoch, split) dataset.
+
+    >>> split_path(2, 17)
+    'epoch-00002/split-00017.lance'
+    """
+    return f"epoch-{epoch:05d}/split-{split:05d}.lance"
+
+
+def _int(value: Any, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitFile:
+    """One (epoch, split) dataset: ``path`` relative to the output, its rows and content checksum."""
+
+    split: int
+    path: str
+    num_rows: int
+    checksum: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Epoch:
+    """One materialized epoch: its splits, ``splits[s].split == s``."""
+
+    epoch: int
+    splits: tuple[SplitFile, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """The prepared table the plan ran over, pinned at ``version``; ``metadata`` is its ``prep`` metadata."""
+
+    uri: str
+    version: int
+    num_rows: int
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """A materialized output's manifest (the JSON form is :meth:`to_json`)."""
+
+    prep_version: str
+    fingerprint: str
+    source: Source
+    plan: PlanSpec
+    num_selected_rows: int
+    columns: tuple[str, ...]
+    epochs: tuple[Epoch, ...]
+
+    def epoch(self, epoch: int) -> Epoch:
+        """The entry of ``epoch``.
+
+        Raises:
+            PrepError: the output has no such epoch.
+        """
+        for e in self.epochs:
+            if e.epoch == epoch:
+                return e
+        raise PrepError(f"epoch {epoch} is not materialized (the output has epochs {[e.epoch for e in self.epochs]})")
+
+    def to_json(self) -> dict[str, Any]:
+        src = self.source
+        return {
+            "format": FORMAT,
+            "prep_version": self.prep_version,
+            "fingerprint": self.fingerprint,
+            "source": {"uri": src.uri, "version": src.version, "num_rows": src.num_rows, "metadata": src.metadata},
+            "plan": self.plan.to_json(),
+            "num_selected_rows": self.num_selected_rows,
+            "columns": list(self.columns),
+            "epochs": [
+                {"epoch": e.epoch, "splits": [{"split": s.split, "path": s.path, "num_rows": s.num_rows,
+                                                "checksum": s.checksum} for s in e.splits]}
+                for e in self.epochs
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, uri: str) -> "Manifest":
+        """The manifest ``doc`` read from ``uri``, checked key by key.
+
+        Raises:
+            PrepError: one line naming ``uri`` and the first thing that is wrong.
+        """
+        try:
+            return _parse(doc)
+        except PrepError as exc:
+            raise PrepError(f"{uri}: {exc}; {_RERUN}") from None
+
+
+def _parse(doc: Any) -> Manifest:
+    if not isinstance(doc, dict):
+        raise PrepError("the top level is not a JSON object")
+    if "format" in doc and doc["format"] != FORMAT:
+        raise PrepError(f"format={doc['format']!r}, this prep reads {FORMAT!r} (written by another prep version?)")
+    missing = [k for k in _KEYS if k not in doc]
+    if missing:
+        raise PrepError(f"missing keys {missing}")
+    unknown = sorted(set(doc) - set(_KEYS))
+    if unknown:
+        raise PrepError(f"unknown keys {unknown}")
+    if not isinstance(doc["prep_version"], str):
+        raise PrepError(f"prep_version={doc['prep_version']!r} must be a string")
+    if not isinstance(doc["fingerprint"], str) or not _FINGERPRINT.match(doc["fingerprint"]):
+        raise PrepError(f"fingerprint {doc['fingerprint']!r} is not 16 hex digits")
+    src = doc["source"]
+    if not isinstance(src, dict) or not isinstance(src.get("uri"), str) or not _int(src.get("version"), 1):
+        raise PrepError("source must name the table's uri and its version (an integer >= 1)")
+    if not _int(src.get("num_rows")) or not isinstance(src.get("metadata"), dict):
+        raise PrepError("source must give num_rows (an integer >= 0) and metadata (an object)")
+    plan = PlanSpec.from_json(doc["plan"])
+    if not _int(doc["num_selected_rows"]):
+        raise PrepError(f"num_selected_rows={doc['num_selected_rows']!r} must be an integer >= 0")
+    if not isinstance(doc["columns"], list) or not all(isinstance(c, str) for c in doc["columns"]):
+        raise PrepError("columns must be a list of column names")
+    if not isinstance(doc["epochs"], list) or not doc["epochs"]:
+        raise PrepError("epochs must be a non-empty list")
+    epochs = tuple(sorted((_epoch(entry, plan.num_splits) for entry in doc["epochs"]), key=lambda e: e.epoch))
+    numbers = [e.epoch for e in epochs]
+    if len(set(numbers)) != len(numbers):
+        raise PrepError(f"epochs {numbers} lists an epoch twice")
+    return Manifest(
+        prep_version=doc["prep_version"], fingerprint=doc["fingerprint"],
+        source=Source(uri=src["uri"], version=src["version"], num_rows=src["num_rows"], metadata=src["metadata"]),
+        plan=plan, num_selected_rows=doc["num_selected_rows"], columns=tuple(doc["columns"]), epochs=epochs,
+    )
+
+
+def _epoch(entry: Any, num_splits: int) -> Epoch:
+    epoch = entry.get("epoch") if isinstance(entry, dict) else None
+    if not _int(epoch) or not isinstance(entry.get("splits"), list):
+        raise PrepError(f"epoch entry {str(entry)[:60]} needs an integer epoch and a list of splits")
+    splits = [s.get("split") if isinstance(s, dict) else None for s in entry["splits"]]
+    if splits != list(range(num_splits)):
+        raise PrepError(f"epoch {epoch} lists splits {splits[:8]}{'...' if len(splits) > 8 else ''}, expected 0..{num_splits - 1}")
+    files = []
+    for s in entry["splits"]:
+        path, n, checksum = s.get("path"), s.get("num_rows"), s.get("checksum")
+        if not isinstance(path, str) or path.startswith("/") or ".." in path or not _int(n) or not isinstance(checksum, str):
+            raise PrepError(f"epoch {epoch} split {s['split']}: bad path={path!r}, num_rows={n!r} or checksum={checksum!r}")
+        files.append(SplitFile(split=s["split"], path=path, num_rows=n, checksum=checksum))
+    return Epoch(epoch=epoch, splits=tuple(files))
+
+
+def read_manifest(path: str, s3: storage.S3Options | None = None) -> Manifest:
+    """The checked manifest of the materialized output at ``path`` (a directory, local or ``s3://``).
+
+    Raises:
+        PrepError: no manifest (with a hint of what ``path`` is instead), or one that
+            breaks the format; one line naming the file.
+    """
+    uri = storage.join(path, MANIFEST)
+    if not storage.exists(uri, s3):
+        hint = ""
+        if storage.exists(storage.join(path, MARKER), s3):
+            hint = " (a run was started there but has not finished: rerun it)"
+        elif storage.exists(storage.join(path, "_versions"), s3):
+            hint = " (it is a Lance table: pass plan=... to read a prepared table directly, or materialize it)"
+        raise PrepError(
+            f"{path} is not a materialized output: no {MANIFEST}{hint}; run `prep materialize-shuffle --output {path}` "
+            "(the manifest is written last, so a crashed run has none)"
+        )
+    return Manifest.from_json(read_json_file(uri, s3, _RERUN), uri)
+
+
+def write_manifest(path: str, manifest: Manifest, s3: storage.S3Options | None = None) -> None:
+    """Writes ``path/manifest.json`` atomically (readers see the old one or the whole new one)."""
+    storage.write_json_atomic(storage.join(path, MANIFEST), manifest.to_json(), s3)
