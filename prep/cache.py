@@ -128,20 +128,29 @@ class SplitCache:
 
         Never waits: a split another thread or process is fetching right now is a miss.
         """
+        lease = self._shared(key)
+        self._count(hits=1) if lease is not None else self._count(misses=1)
+        return lease
+
+    def _shared(self, key: Key) -> Lease | None:
         fd = os.open(self._lock_file(key), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            self._count(misses=1)
             return None
         if not self.valid(key):
             os.close(fd)
-            self._count(misses=1)
             return None
         os.utime(self._record(key))  # least recently used is measured on the records
-        self._count(hits=1)
         return Lease(fd, self.path(key))
+
+    def _shared_valid(self, key: Key) -> bool:
+        lease = self._shared(key)
+        if lease is None:
+            return False
+        lease.release()
+        return True
 
     def valid(self, key: Key) -> bool:
         """Whether a complete, verified copy of ``key`` is there (the caller holds its lock)."""
@@ -197,6 +206,8 @@ class SplitCache:
             PrepError: the source's split stays unreadable (naming it) or its copy does
                 not match the manifest.
         """
+        if self._shared_valid(key):  # the common case, and it never waits on a reader's lease
+            return True
         with _exclusive(self._lock_file(key)):
             if self.valid(key):
                 return True
