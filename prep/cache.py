@@ -117,6 +117,27 @@ class SplitCache:
     def _lock_file(self, key: Key) -> str:
         return os.path.join(self.root, LOCKS, f"epoch-{key[0]:05d}-split-{key[1]:05d}.lock")
 
+    def _reservation(self, key: Key) -> str:
+        """Bytes a fetch in flight has claimed (counts only while that fetch holds the split's lock)."""
+        return self._lock_file(key)[: -len(".lock")] + ".reserved"
+
+    def _reserved(self) -> int:
+        """Bytes claimed by fetches in flight, in any process; a killed fetch's claim no longer counts."""
+        total = 0
+        for path in glob.glob(os.path.join(glob.escape(os.path.join(self.root, LOCKS)), "*.reserved")):
+            fd = os.open(path[: -len(".reserved")] + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # its fetch is running (in this or another process)
+                try:
+                    with open(path) as f:
+                        total += int(f.read() or 0)
+                except (OSError, ValueError):
+                    continue
+            finally:
+                os.close(fd)
+        return total
+
     def split_bytes(self, key: Key) -> int | None:
         """The size of a verified copy's files per its record (None: no record)."""
         rec = self._read_record(key)
@@ -218,16 +239,19 @@ class SplitCache:
             need = sum(listing.values())
             if self.max_bytes is not None and not self._make_room(need, key, priority):
                 return False
-            self._clear(key)
-            dest = self.path(key)
-            self.fetcher.fetch_tree(src, dest, listing)
-            self._verify_copy(key, src)
-            files = {rel: [size, _sha256(os.path.join(dest, rel))] for rel, size in listing.items()}
-            digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-            expected = self._splits[key]
-            storage.write_json_atomic(self._record(key), {
-                "fingerprint": self.fingerprint, "epoch": key[0], "split": key[1], "num_rows": expected.num_rows,
-                "checksum": expected.checksum, "bytes": need, "files": files, "digest": digest})
+            try:
+                self._clear(key)
+                dest = self.path(key)
+                self.fetcher.fetch_tree(src, dest, listing)
+                self._verify_copy(key, src)
+                files = {rel: [size, _sha256(os.path.join(dest, rel))] for rel, size in listing.items()}
+                digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+                expected = self._splits[key]
+                storage.write_json_atomic(self._record(key), {
+                    "fingerprint": self.fingerprint, "epoch": key[0], "split": key[1], "num_rows": expected.num_rows,
+                    "checksum": expected.checksum, "bytes": need, "files": files, "digest": digest})
+            finally:
+                remove_tree(self._reservation(key))
             with self._lock:
                 self._checked.add((key, digest))
                 self.fetched += 1
@@ -274,17 +298,20 @@ class SplitCache:
         """Evicts copies (in ``priority`` order, skipping any in use) until ``need`` more bytes fit."""
         with _exclusive(os.path.join(self.root, LOCKS, "evict.lock")):  # one evicting process at a time
             entries = {k: v for k, v in self.cached().items() if k != fetching}
-            total = sum(size for size, _ in entries.values())
-            if total + need <= self.max_bytes:
-                return True
-            ranked = sorted((rank, k) for k, (_, used) in entries.items()
-                            if priority is not None and (rank := priority(k, used)) is not None)
+            total = sum(size for size, _ in entries.values()) + self._reserved()
+            fits = total + need <= self.max_bytes
+            ranked = [] if fits else sorted((rank, k) for k, (_, used) in entries.items()
+                                            if priority is not None and (rank := priority(k, used)) is not None)
             for _, k in ranked:
                 if self._evict(k):
                     total -= entries[k][0]
                     if total + need <= self.max_bytes:
-                        return True
-            return False
+                        fits = True
+                        break
+            if fits:  # claimed before the lock is let go: concurrent fetches cannot overrun the limit together
+                with open(self._reservation(fetching), "w") as f:
+                    f.write(str(need))
+            return fits
 
     def _evict(self, key: Key) -> bool:
         fd = os.open(self._lock_file(key), os.O_RDWR | os.O_CREAT, 0o644)
