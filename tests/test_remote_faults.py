@@ -3,7 +3,8 @@
 The endpoint is the real moto_server of ``conftest``; :class:`fault_proxy.FaultProxy` sits in
 front of it with a seeded schedule of 503 SlowDown, 500, connection resets, stalls past the
 clients' timeout and truncated bodies. Each stage runs once straight against the endpoint and
-once through the proxy; rows, checksums and batch ids must match. Inputs are tiny: the point
+once through the proxy; rows, checksums and batch ids must match (the reader: straight from
+the remote, through a cold cache that its fetch stage fills, and from the cache prewarm filled). Inputs are tiny: the point
 is the faults, not the volume.
 """
 
@@ -86,8 +87,8 @@ def _materialize(inputs, endpoint: str, name: str) -> Manifest:
                                read_rows=64, s3=_opts(endpoint))
 
 
-def _epoch_ids(path: str, endpoint: str) -> list[list[int]]:
-    ds = ReaderDataset(path, global_batch_size=16, s3=_opts(endpoint))
+def _epoch_ids(path: str, endpoint: str, **cache) -> list[list[int]]:
+    ds = ReaderDataset(path, global_batch_size=16, s3=_opts(endpoint), **cache)
     return [[int(i) for i in batch.ids] for batch in ds]
 
 
@@ -108,11 +109,13 @@ def test_every_stage_through_faults_makes_the_fault_free_output(inputs, tokenize
         summary = prewarm(f"{inputs['bucket']}/out/shuffled-faulty", cache=str(tmp_path / "cache"), rank=0,
                           world_size=1, s3=_opts(proxy.url))
         faulty_epochs = _epoch_ids(f"{inputs['bucket']}/out/shuffled-faulty", proxy.url)
+        cold_cache = _epoch_ids(f"{inputs['bucket']}/out/shuffled-faulty", proxy.url, cache_dir=str(tmp_path / "rc"))
+        prewarmed = _epoch_ids(f"{inputs['bucket']}/out/shuffled-faulty", proxy.url, cache_dir=str(tmp_path / "cache"))
     assert faulty == clean and clean["pretokenize"][0] == 120 and clean["decode"][0] == 12
     splits = lambda m: [(e.epoch, s.split, s.num_rows, s.checksum) for e in m.epochs for s in e.splits]
     assert splits(faulty_manifest) == splits(manifest) and len(splits(manifest)) == 8
     assert summary["copied"] == 8
-    assert faulty_epochs == clean_epochs and sum(map(len, clean_epochs)) == 2 * 400 // 16 * 16
+    assert faulty_epochs == cold_cache == prewarmed == clean_epochs and sum(map(len, clean_epochs)) == 2 * 400 // 16 * 16
     assert proxy.fault_fraction >= 0.10, (proxy.requests, dict(proxy.faults))
     assert set(proxy.faults) >= {"slowdown", "error", "reset", "truncate"}, dict(proxy.faults)
 
