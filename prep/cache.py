@@ -6,11 +6,11 @@ Layout (the materialized output's, so the directory also opens as an output)::
     CACHE/manifest.json                      the source's manifest
     CACHE/epoch-EEEEE/split-SSSSS.lance/     a copy, complete (renamed into place whole)
     CACHE/epoch-EEEEE/split-SSSSS.done.json  its record: rows + checksum (as the manifest says),
-                                             and the size + sha256 of every file; written last
+                                             and the size + CRC-32 of every file; written last
     CACHE/_locks/epoch-EEEEE-split-SSSSS.lock
 
 A copy counts only with a record that matches the manifest and files that match the
-record (sizes always, content once per process), so a kill at any moment, a truncated
+record (sizes on every open, CRC-32 of the content once per process), so a kill at any moment, a truncated
 or flipped file, or a copy of another materialization is fetched again, never used.
 Processes coordinate with ``flock``: a fetch holds its split's lock exclusively, a reader
 holds it shared while the split is open (:class:`Lease`), and eviction takes it only
@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import threading
+import zlib
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -95,6 +96,7 @@ class SplitCache:
         self._splits = {(e.epoch, s.split): s for e in self.manifest.epochs for s in e.splits}
         self._lock = threading.Lock()
         self._checked: set[tuple[Key, str]] = set()  # (split, record digest) whose content this process hashed
+        self._hashing: dict[Key, threading.Lock] = {}
         self.hits = self.misses = self.evictions = self.fetched = self.corrupt = 0
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise PrepError(f"--cache {self.root} is a file, not a directory: {_FIX}")
@@ -189,11 +191,13 @@ class SplitCache:
             except OSError:
                 return self._damaged(key, f"{rel} is missing")
         token = (key, rec.get("digest", ""))
-        if token not in self._checked:
-            for rel, (_, digest) in files.items():
-                if _sha256(os.path.join(base, rel)) != digest:
-                    return self._damaged(key, f"{rel} does not match its checksum")
-            with self._lock:
+        with self._lock:
+            hashing = self._hashing.setdefault(key, threading.Lock())
+        with hashing:  # threads asking about one split at once hash it once
+            if token not in self._checked:
+                for rel, (_, digest) in files.items():
+                    if _crc32(os.path.join(base, rel)) != digest:
+                        return self._damaged(key, f"{rel} does not match its checksum")
                 self._checked.add(token)
         return True
 
@@ -244,7 +248,7 @@ class SplitCache:
                 dest = self.path(key)
                 self.fetcher.fetch_tree(src, dest, listing)
                 self._verify_copy(key, src)
-                files = {rel: [size, _sha256(os.path.join(dest, rel))] for rel, size in listing.items()}
+                files = {rel: [size, _crc32(os.path.join(dest, rel))] for rel, size in listing.items()}
                 digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
                 expected = self._splits[key]
                 storage.write_json_atomic(self._record(key), {
@@ -343,12 +347,13 @@ def _exclusive(path: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
+def _crc32(path: str) -> str:
+    """A file's CRC-32 (bit rot and torn writes, not tampering: ~5x faster than sha256 here)."""
+    crc = 0
     with open(path, "rb") as f:
         while chunk := f.read(8 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
 
 
 def _claim(cache: str, source: str, fingerprint: str, overwrite: bool) -> None:

@@ -38,7 +38,7 @@ def prewarm(
     overwrite: bool = False,
     s3: storage.S3Options | None = None,
     max_bytes: int | None = None,
-    threads: int = 4,
+    threads: int = 16,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Copies rank ``rank`` of ``world_size``'s splits of ``path`` into ``cache`` and verifies them.
@@ -52,7 +52,8 @@ def prewarm(
         overwrite: replace a cache holding a different materialization (default False).
         s3: S3 endpoint/keys/retries (default: the AWS environment).
         max_bytes: the most bytes the cache may hold (default: no limit).
-        threads: splits fetched at once (each with many requests in flight).
+        threads: splits fetched at once (default 16: a split is often one large object, so
+            splits at once is requests in flight).
         progress: show a progress bar (bytes/s, ETA) on stderr.
 
     Returns:

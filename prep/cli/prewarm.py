@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace a cache that holds a different materialization")
     p.add_argument("--max-bytes", type=byte_size, help="the most the cache may hold, e.g. 200G (default: no limit); "
                    "splits that do not fit are left to the reader to fetch")
-    p.add_argument("--threads", type=at_least(1), default=4, help="splits fetched at once (default 4)")
+    p.add_argument("--threads", type=at_least(1), default=16, help="splits fetched at once (default 16)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
 

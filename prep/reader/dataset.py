@@ -68,7 +68,7 @@ class ReaderDataset(IterableDataset):
             directory ``prep prewarm --cache`` fills.
         cache_max_bytes: the most bytes the cache may hold (default: no limit); less than
             an epoch works: splits that do not fit are read from the remote.
-        fetch_threads: splits the cache's fetch stage copies at once (default 4).
+        fetch_threads: splits the cache's fetch stage copies at once (default 8).
 
     Example:
         >>> ds = ReaderDataset("out/", global_batch_size=96)          # doctest: +SKIP
@@ -84,7 +84,7 @@ class ReaderDataset(IterableDataset):
                  image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
                  pin_memory: bool = False, batch_threads: int = 2, read_bytes: int = 64 << 20, raw_chunks: int = 2, prefetch_batches: int = 4,
                  s3: storage.S3Options | None = None, cache_dir: str | None = None, cache_max_bytes: int | None = None,
-                 fetch_threads: int = 4) -> None:
+                 fetch_threads: int = 8) -> None:
         super().__init__()
         if cache_dir is not None and plan is not None:
             raise PrepError("cache_dir works with a materialized output, not with plan= (an on-the-fly plan reads the "
