@@ -13,6 +13,8 @@ child's rusage (the machine is shared: compare CPU beside wall).
     cold      prep.reader with an empty ``cache_dir`` (the two-stage path)
     warm      prep.reader with the cache prewarm filled
     local     prep.reader on a local copy of the output (the local-disk baseline)
+    cold-train, warm-train   cold and warm with a trainer's step (``--step-ms`` per batch, default 5 ms):
+              the case the cache is for, where reading is not the only thing the process does
 
     python benchmarks/remote.py                     # 3 runs per case, 20 ms latency
     python benchmarks/remote.py --runs 1 --latency-ms 0 --rows 50000
@@ -37,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 BUCKET = "bench"
-CASES = ("copy", "prewarm", "remote", "cold", "warm", "local")
+CASES = ("copy", "prewarm", "remote", "cold", "warm", "local", "cold-train", "warm-train")
 GLOBAL_BATCH = 256
 READ_BYTES = 8 << 20  # reads of 8 MB: an epoch is many reads, as on a real data set (the default is 64 MB)
 
@@ -49,7 +51,7 @@ def _free_port() -> int:
 
 
 # ----------------------------------------------------------------------------- one case (child process)
-def run_case(case: str, endpoint: str, work: Path) -> dict:
+def run_case(case: str, endpoint: str, work: Path, step_ms: float) -> dict:
     from prep import storage
     from prep.reader import ReaderDataset
 
@@ -69,13 +71,19 @@ def run_case(case: str, endpoint: str, work: Path) -> dict:
         shutil.rmtree(work / "prewarm-cache", ignore_errors=True)
         result = {"bytes": prewarm(out, cache=str(work / "prewarm-cache"), s3=s3)["bytes"]}
     else:
+        training = case.endswith("-train")
+        case = case.removesuffix("-train")
         path, kw = {"remote": (out, {}), "cold": (out, {"cache_dir": str(work / "cold-cache")}),
                     "warm": (out, {"cache_dir": str(work / "warm-cache")}), "local": (str(work / "warm-cache"), {})}[case]
         if case == "cold":
             shutil.rmtree(work / "cold-cache", ignore_errors=True)
         ds = ReaderDataset(path, global_batch_size=GLOBAL_BATCH, s3=s3, read_bytes=READ_BYTES, **kw)
         opened = time.perf_counter()
-        tokens = sum(b.num_tokens for b in ds)
+        tokens = 0
+        for batch in ds:
+            tokens += batch.num_tokens
+            if training:
+                time.sleep(step_ms / 1e3)
         result = {"tokens": tokens, "status": ds.status_line(), "epoch_s": time.perf_counter() - opened}
     result["job_s"] = time.perf_counter() - t0
     return result
@@ -111,12 +119,13 @@ def setup(work: Path, rows: int) -> tuple[subprocess.Popen, str]:
     return moto, endpoint
 
 
-def measure(case: str, endpoint: str, work: Path) -> dict:
+def measure(case: str, endpoint: str, work: Path, step_ms: float) -> dict:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "PYTHONPATH": str(REPO),
            "TOKENIZERS_PARALLELISM": "false"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--case", case, "--endpoint", endpoint, "--work", str(work)],
+    done = subprocess.run([sys.executable, __file__, "--case", case, "--endpoint", endpoint, "--work", str(work),
+                           "--step-ms", str(step_ms)],
                           env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -135,9 +144,10 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--rows", type=int, default=100_000, help="rows of the synthetic table (default 100,000: ~100 MB)")
     p.add_argument("--latency-ms", type=float, default=20.0, help="added to every request by the proxy (default 20)")
+    p.add_argument("--step-ms", type=float, default=5.0, help="the trainer's step in the *-train cases (default 5)")
     args = p.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case, args.endpoint, args.work)))
+        print(json.dumps(run_case(args.case, args.endpoint, args.work, args.step_ms)))
         return
     from fault_proxy import FaultProxy
 
@@ -146,7 +156,7 @@ def main() -> None:
     moto, endpoint = setup(work, args.rows)
     try:
         with FaultProxy(endpoint, latency_s=args.latency_ms / 1e3) as proxy:
-            results = {c: [measure(c, proxy.url, work) for _ in range(args.runs)] for c in CASES}
+            results = {c: [measure(c, proxy.url, work, args.step_ms) for _ in range(args.runs)] for c in CASES}
     finally:
         moto.terminate()
     print(f"{args.rows:,} rows, 16 splits, {args.latency_ms:g} ms added per request, median of {args.runs} runs")
@@ -160,10 +170,11 @@ def main() -> None:
                 else f"{statistics.median(r['tokens'] for r in rs) / m['epoch_s'] / 1e6:,.2f} M tok/s")
         print(f"{c:8} {m['job_s']:7.2f} {m['epoch_s']:8.2f} {m['process_s']:9.2f} {m['cpu_s']:7.2f}  {rate}")
     print(f"prewarm / copy throughput: {med['copy']['job_s'] / med['prewarm']['job_s']:.2f}x (goal >= 0.8)")
-    print(f"cold / warm epoch time:    {med['cold']['epoch_s'] / med['warm']['epoch_s']:.2f}x (goal <= 1.2)")
+    print(f"cold / warm epoch time:    {med['cold']['epoch_s'] / med['warm']['epoch_s']:.2f}x reading flat out; "
+          f"{med['cold-train']['epoch_s'] / med['warm-train']['epoch_s']:.2f}x with a {args.step_ms:g} ms step (goal <= 1.2)")
     print(f"warm / local epoch time:   {med['warm']['epoch_s'] / med['local']['epoch_s']:.2f}x (goal: 1.0 within noise)")
     print("last status lines:")
-    for c in ("remote", "cold", "warm"):
+    for c in ("remote", "cold", "warm", "cold-train"):
         print(f"  {c}: {results[c][-1]['status']}")
 
 
