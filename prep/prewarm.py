@@ -54,7 +54,7 @@ def prewarm(
         max_bytes: the most bytes the cache may hold (default: no limit).
         threads: splits fetched at once (default 16: a split is often one large object, so
             splits at once is requests in flight).
-        progress: show a progress bar (bytes/s, ETA) on stderr.
+        progress: show a progress bar (splits, MB/s, retries, ETA) on stderr when it is a terminal.
 
     Returns:
         A summary: cache, rank, world_size, splits, epochs, copied, cached, skipped (did not fit),
@@ -84,7 +84,8 @@ def prewarm(
     def priority(key: tuple[int, int], used: float) -> tuple | None:
         return None if key in order else (0, used)  # only copies prewarm was not asked for make room
 
-    bar = tqdm(total=len(todo), unit="split", disable=not progress, desc="prewarm", dynamic_ncols=True)
+    # None: tqdm shows the bar on a terminal only (a log file or pipe gets the one-line summary alone)
+    bar = tqdm(total=len(todo), unit="split", disable=None if progress else True, desc="prewarm", dynamic_ncols=True)
     fetched: list[tuple[int, int]] = []
     skipped: list[tuple[int, int]] = []
     try:
