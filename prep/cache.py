@@ -40,7 +40,7 @@ from prep.manifest import MANIFEST, Manifest, read_manifest, split_path, write_m
 from prep.materialize.layout import owned_entries
 from prep.transfer import Fetcher, remove_tree
 
-__all__ = ["SplitCache", "Lease", "MARKER", "Priority"]
+__all__ = ["SplitCache", "Lease", "Key", "MARKER", "Priority"]
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,8 @@ class SplitCache:
         self._lock = threading.Lock()
         self._checked: set[tuple[Key, str]] = set()  # (split, record digest) whose content this process hashed
         self._hashing: dict[Key, threading.Lock] = {}
-        self.hits = self.misses = self.evictions = self.fetched = self.corrupt = 0
+        self._reported: set[Key] = set()  # damaged copies already counted and warned about
+        self.hits = self.misses = self.evictions = self.damaged = 0
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise PrepError(f"--cache {self.root} is a file, not a directory: {_FIX}")
         os.makedirs(self.root, exist_ok=True)
@@ -139,11 +140,6 @@ class SplitCache:
             finally:
                 os.close(fd)
         return total
-
-    def split_bytes(self, key: Key) -> int | None:
-        """The size of a verified copy's files per its record (None: no record)."""
-        rec = self._read_record(key)
-        return None if rec is None else int(rec["bytes"])
 
     # --- reading -------------------------------------------------------------------------------
     def acquire(self, key: Key) -> Lease | None:
@@ -202,8 +198,12 @@ class SplitCache:
         return True
 
     def _damaged(self, key: Key, why: str) -> bool:
-        log.warning("cached copy %s is damaged (%s): it will be fetched again", self.path(key), why)
-        self._count(corrupt=1)
+        with self._lock:
+            first = key not in self._reported  # checked again under the fetch lock: one warning per copy
+            self._reported.add(key)
+        if first:
+            log.warning("cached copy %s is damaged (%s): it will be fetched again", self.path(key), why)
+            self._count(damaged=1)
         return False
 
     def _read_record(self, key: Key) -> dict | None:
@@ -258,7 +258,7 @@ class SplitCache:
                 remove_tree(self._reservation(key))
             with self._lock:
                 self._checked.add((key, digest))
-                self.fetched += 1
+                self._reported.discard(key)
             return True
 
     def _verify_copy(self, key: Key, src: str) -> None:

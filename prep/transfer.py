@@ -37,7 +37,6 @@ class FetchCounters:
     retries: int
     throttled: int
     fetch_s: float
-    concurrency: int
 
 
 class Fetcher:
@@ -60,8 +59,7 @@ class Fetcher:
 
     def counters(self) -> FetchCounters:
         with self._lock:
-            return FetchCounters(self._bytes, self._objects, self.retries.retries, self.retries.throttled,
-                                 self._fetch_s, self.limiter.limit)
+            return FetchCounters(self._bytes, self._objects, self.retries.retries, self.retries.throttled, self._fetch_s)
 
     def _resolve(self, uri: str) -> storage.Resolved:
         scheme = uri.partition("://")[0] if storage.is_remote(uri) else "file"

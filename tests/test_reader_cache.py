@@ -72,6 +72,7 @@ def test_a_damaged_copy_is_detected_and_fetched_again(output, expected, tmp_path
     assert all(store.valid((e, s)) for e in range(3) for s in range(4))
     refetched = [f"{cache}/epoch-00001/split-00000.lance", f"{cache}/epoch-00001/split-00001.lance",
                  f"{cache}/epoch-00002/split-00003.lance"]
+    assert ds.stats().cache_damaged == 2  # the copy without a record is missing, not damaged
     assert ds.stats().fetched_bytes == sum(os.path.getsize(f) for d in refetched
                                            for f in glob.glob(f"{d}/**/*", recursive=True) if os.path.isfile(f))
 

@@ -173,5 +173,6 @@ class CachedLayout:
 def cache_counters(stage: FetchStage) -> dict[str, Any]:
     """The cache's counters as :class:`~prep.reader.stats.StatsSnapshot` fields."""
     c, f = stage.cache, stage.cache.fetcher.counters()
-    return {"cache_hits": c.hits, "cache_misses": c.misses, "cache_evictions": c.evictions, "fetched_bytes": f.bytes,
-            "fetched_objects": f.objects, "fetch_retries": f.retries, "fetch_object_s": f.fetch_s}
+    return {"cache_hits": c.hits, "cache_misses": c.misses, "cache_evictions": c.evictions, "cache_damaged": c.damaged,
+            "fetched_bytes": f.bytes, "fetched_objects": f.objects, "fetch_retries": f.retries,
+            "fetch_throttled": f.throttled, "fetch_failures": stage.failures, "fetch_object_s": f.fetch_s}

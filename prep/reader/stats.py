@@ -44,9 +44,13 @@ class StatsSnapshot:
         cache_hits: split opens served by a verified copy in the reader cache (``cache_dir``).
         cache_misses: split opens that found no usable copy (read from the remote meanwhile).
         cache_evictions: copies this process evicted to stay under ``cache_max_bytes``.
+        cache_damaged: copies found damaged (size or CRC-32 off), fetched again.
         fetched_bytes: bytes the fetch stage copied from the remote.
         fetched_objects: objects (files) it copied.
         fetch_retries: requests it retried (throttling, 5xx, resets, timeouts, short bodies).
+        fetch_throttled: of those, the ones the store throttled (503 SlowDown, 429): the request
+            concurrency halved each time.
+        fetch_failures: splits it gave up on (read from the remote instead; the warning names them).
         fetch_object_s: seconds spent per object fetched, summed (latency = this / fetched_objects).
     """
 
@@ -67,9 +71,12 @@ class StatsSnapshot:
     cache_hits: int = 0
     cache_misses: int = 0
     cache_evictions: int = 0
+    cache_damaged: int = 0
     fetched_bytes: int = 0
     fetched_objects: int = 0
     fetch_retries: int = 0
+    fetch_throttled: int = 0
+    fetch_failures: int = 0
     fetch_object_s: float = 0.0
 
     def merged(self, other: "StatsSnapshot") -> "StatsSnapshot":
