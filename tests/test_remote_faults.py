@@ -116,7 +116,7 @@ def test_every_stage_through_faults_makes_the_fault_free_output(inputs, tokenize
     assert faulty == clean and clean["pretokenize"][0] == 120 and clean["decode"][0] == 8
     splits = lambda m: [(e.epoch, s.split, s.num_rows, s.checksum) for e in m.epochs for s in e.splits]
     assert splits(faulty_manifest) == splits(manifest) and len(splits(manifest)) == 8
-    assert summary["copied"] == 8
+    assert summary["copied"] == 8 and summary["retries"] > 0  # prewarm's own retries, counted
     assert faulty_epochs == cold_cache == prewarmed == clean_epochs and sum(map(len, clean_epochs)) == 2 * 400 // 16 * 16
     assert proxy.fault_fraction >= 0.10, (proxy.requests, dict(proxy.faults))
     assert set(proxy.faults) == set(KINDS), dict(proxy.faults)
