@@ -44,12 +44,6 @@ GLOBAL_BATCH = 256
 READ_BYTES = 8 << 20  # reads of 8 MB: an epoch is many reads, as on a real data set (the default is 64 MB)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ----------------------------------------------------------------------------- one case (child process)
 def run_case(case: str, endpoint: str, work: Path, step_ms: float) -> dict:
     from prep import storage
@@ -95,11 +89,12 @@ def setup(work: Path, rows: int) -> tuple[subprocess.Popen, str]:
     import boto3
 
     import tables
+    from conftest import free_port
     from prep import storage
     from prep.materialize import materialize_shuffle
     from prep.prewarm import prewarm
 
-    port = _free_port()
+    port = free_port()
     moto = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"

@@ -23,7 +23,7 @@ import time
 import boto3
 import pytest
 
-from conftest import REPO, VENV_BIN, _free_port
+from conftest import REPO, VENV_BIN, free_port
 from prep import storage
 from prep.checksum import dataset_checksum
 from prep.verify import verify
@@ -38,9 +38,9 @@ def second_node(ray_head, s3_env):
     """A second Ray node offering ``prep_node2``; yields its temp dir."""
     temp_dir = tempfile.mkdtemp(prefix="prep-n2-", dir="/tmp")
     env = {**ray_head.env, **s3_env, "PYTHONPATH": str(REPO)}
-    ports = [f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
-             f"--metrics-export-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
-             f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}"]
+    ports = [f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+             f"--metrics-export-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+             f"--dashboard-agent-grpc-port={free_port()}", f"--runtime-env-agent-port={free_port()}"]
     start = subprocess.Popen(
         [str(VENV_BIN / "ray"), "start", f"--address={ray_head.gcs_address}", "--num-cpus=2",
          f"--resources={json.dumps({RESOURCE: 4})}", f"--temp-dir={temp_dir}", "--object-store-memory=200000000",
