@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from prep.errors import PrepError
+from prep.retry import RetryPolicy
 from prep.storage import S3Options
 
-__all__ = ["ConfigModel", "S3Config", "RayConfig", "JobConfig", "load_config", "config_hash"]
+__all__ = ["ConfigModel", "RetryConfig", "S3Config", "RayConfig", "JobConfig", "load_config", "config_hash"]
 
 T = TypeVar("T", bound="ConfigModel")
 
@@ -29,23 +30,47 @@ class ConfigModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class RetryConfig(ConfigModel):
+    """How remote requests are retried (see :class:`prep.retry.RetryPolicy`)."""
+
+    max_attempts: int = Field(default=RetryPolicy.max_attempts, ge=1)
+    base_s: float = Field(default=RetryPolicy.base_s, gt=0)
+    cap_s: float = Field(default=RetryPolicy.cap_s, gt=0)
+    connect_timeout_s: float = Field(default=RetryPolicy.connect_timeout_s, gt=0)
+    read_timeout_s: float = Field(default=RetryPolicy.read_timeout_s, gt=0)
+    total_timeout_s: float = Field(default=RetryPolicy.total_timeout_s, gt=0)
+
+
 class S3Config(ConfigModel):
-    """S3 endpoint and credentials; unset fields fall back to the ``AWS_*`` environment."""
+    """S3 endpoint and credentials; unset fields fall back to the ``AWS_*`` environment.
+
+    Secrets are ``SecretStr``: printed as ``**********`` in errors and dumps.
+    """
 
     endpoint_url: str | None = None
     region: str | None = None
     access_key_id: str | None = None
-    secret_access_key: str | None = None
+    secret_access_key: SecretStr | None = None
+    session_token: SecretStr | None = None
+    profile: str | None = None
+    retry: RetryConfig = RetryConfig()
 
     def options(self) -> S3Options:
-        return S3Options(**self.model_dump())
+        def reveal(s: SecretStr | None) -> str | None:
+            return None if s is None else s.get_secret_value()
+
+        return S3Options(endpoint_url=self.endpoint_url, region=self.region, access_key_id=self.access_key_id,
+                         secret_access_key=reveal(self.secret_access_key), session_token=reveal(self.session_token),
+                         profile=self.profile, retry=RetryPolicy(**self.retry.model_dump()))
 
 
 class RayConfig(ConfigModel):
-    """How to reach Ray: ``address`` (else ``RAY_ADDRESS``, else a local Ray with ``num_cpus``)."""
+    """How to reach Ray: ``address`` (else ``RAY_ADDRESS``, else a local Ray with ``num_cpus``);
+    ``resources``: custom Ray resources every task asks for, to pin tasks to the nodes that offer them."""
 
     address: str | None = None
     num_cpus: int | None = Field(default=None, ge=1)
+    resources: dict[str, float] = Field(default_factory=dict)
 
 
 class JobConfig(ConfigModel):
@@ -93,11 +118,15 @@ class JobConfig(ConfigModel):
         return (base[: -len(".lance")] if base.endswith(".lance") else base) + ".rejects.lance"
 
 
+SECRET_KEYS = frozenset({"secret_access_key", "session_token"})  # values never echoed in errors
+
+
 def _format_error(source: str, err: ValidationError) -> str:
     first = err.errors()[0]
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    value = "" if first["type"] == "missing" else f" (got {first.get('input')!r:.80})"
+    secret = any(part in SECRET_KEYS for part in first["loc"])
+    value = "" if first["type"] == "missing" or secret else f" (got {first.get('input')!r:.80})"
     return f"{source}: key '{key}': {first['msg']}{value}{more}"
 
 

@@ -101,9 +101,12 @@ def claim_outputs(uris: list[str], job: str, *, overwrite: bool, s3: storage.S3O
         if claim.state == "leftovers":
             _clear_leftovers(claim.uri, s3)
         fs, path = storage.filesystem(claim.uri, s3)
-        if not storage.is_remote(claim.uri):
-            fs.makedirs(path, exist_ok=True)
-        fs.pipe_file(posixpath.join(path, MARKER), marker)
+        try:
+            if not storage.is_remote(claim.uri):
+                fs.makedirs(path, exist_ok=True)
+            fs.pipe_file(posixpath.join(path, MARKER), marker)
+        except OSError as exc:  # e.g. a bucket that does not exist: say where
+            raise PrepError(f"cannot write to {claim.uri} ({type(exc).__name__}: {one_line(exc, limit=200)})") from None
     return claims
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 
 from prep import logs
 
-__all__ = ["init_ray", "use_ray", "WORKER_ENV"]
+__all__ = ["init_ray", "use_ray", "parse_resources", "WORKER_ENV"]
 
 log = logging.getLogger(__name__)
 
@@ -65,3 +66,22 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None
     ctx.print_on_execution_start = False
     logs.quiet_third_party()  # ray.init and the ray.data import just reset their loggers' levels
     log.info("ray: %s", ray.cluster_resources())
+
+
+def parse_resources(text: str) -> dict[str, float]:
+    """``--ray-resources '{"gpu_node": 1}'``: custom Ray resources every task asks for (pins tasks to nodes
+    that offer them, e.g. the nodes started with ``ray start --resources '{"gpu_node": 8}'``).
+
+    >>> parse_resources('{"node2": 0.5}')
+    {'node2': 0.5}
+    """
+    import argparse
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (int, float)) and v > 0
+                                              for k, v in value.items()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object of resource name -> amount > 0")
+    return {k: float(v) for k, v in value.items()}

@@ -1,8 +1,10 @@
-"""Local paths and ``s3://`` URIs behind one small API.
+"""Local paths and object-store URIs (``s3://``, ``gs://``, ``az://``/``abfs://``) behind one small API.
 
-fsspec/s3fs serve file access, Lance needs its own ``storage_options``; both are
-derived here from one :class:`S3Options` so the endpoint and keys are set once
-(config, else the usual ``AWS_*`` environment variables).
+fsspec serves file access, Lance needs its own ``storage_options``; both come from
+:func:`resolve`, so the endpoint, the credentials and the retry policy are set once
+(config, else the usual environment: ``AWS_*`` incl. ``AWS_SESSION_TOKEN`` and
+``AWS_PROFILE``; Google and Azure clients read their own environment). Secrets live
+in :class:`S3Options` fields that never print (``repr``), and nothing here logs them.
 """
 
 from __future__ import annotations
@@ -11,13 +13,19 @@ import json
 import os
 import posixpath
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 
+from prep.errors import PrepError
+from prep.retry import RetryPolicy, retryable
+
 __all__ = [
     "S3Options",
+    "Resolved",
+    "resolve",
+    "fs_path",
     "is_remote",
     "filesystem",
     "lance_storage_options",
@@ -27,63 +35,143 @@ __all__ = [
     "write_json_atomic",
 ]
 
+# Schemes handed to fsspec and Lance as they are, credentials from their own environment.
+PASS_THROUGH = ("gs://", "gcs://", "az://", "abfs://", "abfss://")
+
 
 @dataclass(frozen=True, kw_only=True)
 class S3Options:
-    """Where and how to reach S3. Unset fields fall back to the AWS environment.
+    """Where and how to reach S3 (and S3-compatible stores). Unset fields fall back to the AWS environment.
 
     Args:
-        endpoint_url: e.g. ``http://127.0.0.1:9000`` for MinIO or moto; None for AWS.
+        endpoint_url: e.g. ``http://127.0.0.1:9000`` for MinIO or moto, ``https://<id>.r2.cloudflarestorage.com``
+            for R2; None for AWS.
         region: bucket region (default ``us-east-1``).
-        access_key_id: access key; None to use the environment / instance profile.
-        secret_access_key: secret key.
+        access_key_id: access key; None to use the environment / profile / instance role.
+        secret_access_key: secret key (never printed).
+        session_token: temporary credentials' token (``AWS_SESSION_TOKEN``; never printed).
+        profile: a profile of ``~/.aws/credentials`` / ``~/.aws/config`` (``AWS_PROFILE``).
+        retry: how every client retries (see :mod:`prep.retry`).
     """
 
     endpoint_url: str | None = None
     region: str | None = None
     access_key_id: str | None = None
-    secret_access_key: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    profile: str | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def resolved(self) -> "S3Options":
+        """These options with the environment filled in (keys of a profile included), to ship to workers."""
         env = os.environ
+        key, secret, token = self.access_key_id, self.secret_access_key, self.session_token
+        if not key and not secret:
+            key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+            token = token or env.get("AWS_SESSION_TOKEN")
+        profile = self.profile or (None if key else env.get("AWS_PROFILE"))
+        if profile and not key:
+            key, secret, token = _profile_credentials(profile)
         return S3Options(
             endpoint_url=self.endpoint_url or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
             region=self.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
-            access_key_id=self.access_key_id or env.get("AWS_ACCESS_KEY_ID"),
-            secret_access_key=self.secret_access_key or env.get("AWS_SECRET_ACCESS_KEY"),
+            access_key_id=key, secret_access_key=secret, session_token=token, profile=profile, retry=self.retry,
         )
+
+
+def _profile_credentials(profile: str) -> tuple[str | None, str | None, str | None]:
+    """A profile's keys through botocore (files, SSO, assume-role), for clients that only take keys (Lance)."""
+    import botocore.session
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        creds = botocore.session.Session(profile=profile).get_credentials()
+    except BotoCoreError as exc:
+        raise PrepError(f"AWS profile {profile!r} cannot be used ({type(exc).__name__}): check ~/.aws/config") from None
+    if creds is None:
+        raise PrepError(f"AWS profile {profile!r} has no credentials: check ~/.aws/credentials")
+    frozen = creds.get_frozen_credentials()
+    return frozen.access_key, frozen.secret_key, frozen.token
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """One URI, resolved: the fsspec filesystem and path, and Lance's ``storage_options`` (None locally)."""
+
+    fs: fsspec.AbstractFileSystem
+    path: str
+    lance_options: dict[str, str] | None
 
 
 def is_remote(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
 
 
-def filesystem(uri: str, s3: S3Options | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    """Returns the fsspec filesystem for ``uri`` and the path to use with it."""
+def resolve(uri: str, s3: S3Options | None = None, *, retries: bool = True) -> Resolved:
+    """The filesystem, path and Lance options for ``uri``: the one place URIs and credentials meet.
+
+    Args:
+        uri: a local path, ``file://``, ``s3://``, ``gs://``, ``az://`` or ``abfs://`` URI.
+        s3: endpoint, credentials and retry policy (default: the environment).
+        retries: False for a filesystem that tries each request once, for callers that retry
+            under :func:`prep.retry.call` themselves (retries inside retries multiply).
+    """
     if uri.startswith("s3://"):
         opts = (s3 or S3Options()).resolved()
-        client_kwargs: dict[str, Any] = {"region_name": opts.region}
-        if opts.endpoint_url:
-            client_kwargs["endpoint_url"] = opts.endpoint_url
-        fs = fsspec.filesystem(
-            "s3",
-            key=opts.access_key_id,
-            secret=opts.secret_access_key,
-            client_kwargs=client_kwargs,
-            skip_instance_cache=False,
-        )
-        return fs, uri[len("s3://"):]
-    if uri.startswith("file://"):
-        uri = uri[len("file://"):]
-    return fsspec.filesystem("file"), os.path.abspath(uri)
+        return Resolved(_s3fs(opts, retries), fs_path(uri), _lance_s3(opts))
+    if uri.startswith(PASS_THROUGH):
+        protocol = uri.partition("://")[0]
+        try:
+            fs = fsspec.filesystem(protocol)
+        except ImportError as exc:  # gcsfs / adlfs are optional: say which one
+            raise PrepError(f"{uri}: {exc}") from None
+        return Resolved(fs, fs_path(uri), _lance_client((s3 or S3Options()).retry))
+    return Resolved(fsspec.filesystem("file"), fs_path(uri), None)
 
 
-def lance_storage_options(uri: str, s3: S3Options | None = None) -> dict[str, str] | None:
-    """Lance's ``storage_options`` for ``uri`` (None for local paths)."""
-    if not uri.startswith("s3://"):
-        return None
-    opts = (s3 or S3Options()).resolved()
-    out = {"aws_region": opts.region or "us-east-1"}
+def fs_path(uri: str) -> str:
+    """The path fsspec takes for ``uri``: without the scheme remotely, absolute locally."""
+    if is_remote(uri):
+        return uri.partition("://")[2]
+    return os.path.abspath(uri[len("file://"):] if uri.startswith("file://") else uri)
+
+
+def _s3fs(opts: S3Options, retries: bool) -> fsspec.AbstractFileSystem:
+    """s3fs retries (its own backoff: 0.1 s x 1.7^n, capped at 15 s) what :func:`prep.retry.retryable` accepts;
+    botocore's retries are off, or the two loops would multiply each other."""
+    import s3fs  # imported here: only s3:// needs it, and it loads aiobotocore
+
+    s3fs.core.set_custom_error_handler(retryable)
+    client_kwargs: dict[str, Any] = {"region_name": opts.region}
+    if opts.endpoint_url:
+        client_kwargs["endpoint_url"] = opts.endpoint_url
+    policy = opts.retry
+    fs = fsspec.filesystem(
+        "s3",
+        key=opts.access_key_id,
+        secret=opts.secret_access_key,
+        token=opts.session_token,
+        client_kwargs=client_kwargs,
+        config_kwargs={"retries": {"total_max_attempts": 1, "mode": "standard"},
+                       "connect_timeout": policy.connect_timeout_s, "read_timeout": policy.read_timeout_s},
+        skip_instance_cache=not retries,  # the single-try instance is not the shared one
+    )
+    fs.retries = policy.max_attempts if retries else 1  # s3fs's loop around each call (not a constructor argument)
+    return fs
+
+
+def _lance_client(policy: RetryPolicy) -> dict[str, str]:
+    """Lance's object-store client: retries, and timeouts that turn a stalled request into a retry."""
+    return {
+        "client_max_retries": str(policy.max_attempts),
+        "client_retry_timeout": str(int(policy.total_timeout_s)),
+        "connect_timeout": f"{policy.connect_timeout_s:g}s",
+        "request_timeout": f"{policy.read_timeout_s:g}s",
+    }
+
+
+def _lance_s3(opts: S3Options) -> dict[str, str]:
+    out = {"aws_region": opts.region or "us-east-1", **_lance_client(opts.retry)}
     if opts.endpoint_url:
         out["aws_endpoint"] = opts.endpoint_url
         if opts.endpoint_url.startswith("http://"):
@@ -92,7 +180,20 @@ def lance_storage_options(uri: str, s3: S3Options | None = None) -> dict[str, st
         out["aws_access_key_id"] = opts.access_key_id
     if opts.secret_access_key:
         out["aws_secret_access_key"] = opts.secret_access_key
+    if opts.session_token:
+        out["aws_session_token"] = opts.session_token
     return out
+
+
+def filesystem(uri: str, s3: S3Options | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Returns the fsspec filesystem for ``uri`` and the path to use with it (see :func:`resolve`)."""
+    r = resolve(uri, s3)
+    return r.fs, r.path
+
+
+def lance_storage_options(uri: str, s3: S3Options | None = None) -> dict[str, str] | None:
+    """Lance's ``storage_options`` for ``uri`` (None for local paths; see :func:`resolve`)."""
+    return resolve(uri, s3).lance_options
 
 
 def join(uri: str, *parts: str) -> str:

@@ -27,7 +27,7 @@ SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
 HYMENOPTERA = SHARED_DATA / "hymenoptera" / "train"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -80,7 +80,7 @@ class RayHead:
 def ray_head():
     """A real `ray start --head` from this venv, stopped (only it) at the end."""
     temp_dir = tempfile.mkdtemp(prefix="prep-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    port, dash, agent = _free_port(), _free_port(), _free_port()
+    port, dash, agent = free_port(), free_port(), free_port()
     # A token of its own: a fresh machine has no ~/.ray/auth_token, and the test must not write one there.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
            "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
@@ -88,8 +88,8 @@ def ray_head():
     # Every port explicit: the defaults (e.g. the job agent's 52365) clash with any other Ray on the host.
     start = subprocess.Popen(
         [str(VENV_BIN / "ray"), "start", "--head", "--num-cpus=2", f"--port={port}", f"--dashboard-port={dash}",
-         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={_free_port()}",
-         f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}",
+         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={free_port()}",
+         f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
          "--dashboard-host=127.0.0.1", "--object-store-memory=300000000", f"--temp-dir={temp_dir}",
          "--disable-usage-stats"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -117,7 +117,7 @@ def ray_head():
 @pytest.fixture(scope="session")
 def s3_env():
     """A moto_server S3 endpoint on 127.0.0.1; exports AWS_* so every client (and Ray worker) finds it."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     env = {

@@ -7,17 +7,14 @@ have there, runs the real command, and checks the files byte for byte afterwards
 from __future__ import annotations
 
 import hashlib
-import http.client
-import http.server
-import threading
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import lance
 import pyarrow as pa
 import pytest
 
 from conftest import REPO
+from fault_proxy import FaultProxy
 from prep.cli import main as cli_main
 from prep.outputs import MARKER
 from test_images import HYMENOPTERA
@@ -93,43 +90,6 @@ def test_a_dead_jobs_leftovers_are_cleared_and_the_rerun_succeeds(tokenizer_dir,
     assert not (out / "data" / "orphan.lance").exists() and (out / MARKER).exists()
 
 
-class _DenyVersions(http.server.BaseHTTPRequestHandler):
-    """Forwards to the S3 endpoint, but answers 403 AccessDenied to anything naming ``_versions``."""
-
-    upstream: str = ""
-    denied = 0
-
-    def _handle(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if "_versions" in self.path:
-            type(self).denied += 1
-            payload = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code><Message>denied</Message></Error>"
-            self.send_response(403)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-            return
-        up = urlsplit(self.upstream)
-        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
-        conn.request(self.command, self.path, body=body, headers={k: v for k, v in self.headers.items()})
-        resp = conn.getresponse()
-        data = resp.read()
-        self.send_response(resp.status)
-        for k, v in resp.getheaders():
-            if k.lower() not in ("transfer-encoding", "content-length", "connection"):
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 @pytest.mark.s3
 @pytest.mark.usefixtures("ray_local")
 def test_an_s3_error_while_checking_the_output_is_an_error_and_deletes_nothing(s3_env, s3_bucket, tokenizer_dir, shared_data, tmp_path, monkeypatch, capsys):
@@ -143,15 +103,10 @@ def test_an_s3_error_while_checking_the_output_is_an_error_and_deletes_nothing(s
     client = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"], region_name="us-east-1")
     keys_before = sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket)["Contents"])
 
-    _DenyVersions.upstream = s3_env["AWS_ENDPOINT_URL"]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DenyVersions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+    with FaultProxy(s3_env["AWS_ENDPOINT_URL"], deny="_versions", deny_kind="denied") as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         capsys.readouterr()
         code = run_cli("pretokenize", "--input", str(src), "--output", out, "--overwrite", tokenizer_dir=tokenizer_dir)
-    finally:
-        server.shutdown()
     err = capsys.readouterr().err
-    assert code == 2 and "cannot read the Lance table" in err and _DenyVersions.denied > 0
+    assert code == 2 and "cannot read the Lance table" in err and proxy.faults["denied"] > 0
     assert sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket)["Contents"]) == keys_before

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from prep.ray_runtime import parse_resources
+
 __all__ = ["add_job_arguments", "job_overrides"]
 
 
@@ -14,6 +16,8 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", help="override the config's output table path")
     parser.add_argument("--overwrite", action="store_true", default=None, help="replace an existing output table")
     parser.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else run on this machine without Ray)")
+    parser.add_argument("--ray-resources", type=parse_resources,
+                        help='custom Ray resources each task asks for, as JSON, e.g. \'{"cpu_pool": 1}\' (pins tasks to nodes offering them)')
     parser.add_argument("--executor", choices=["auto", "ray", "local"],
                         help="where chunks run: auto (default: Ray when there is a cluster, else this machine), ray, local")
 
@@ -21,6 +25,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Config keys set on the command line (None means: keep the config's value)."""
     out: dict[str, Any] = {"input": args.input, "output": args.output, "overwrite": args.overwrite, "executor": args.executor}
-    if args.ray_address:
-        out["ray"] = {"address": args.ray_address}
+    ray = {k: v for k, v in (("address", args.ray_address), ("resources", args.ray_resources)) if v}
+    if ray:
+        out["ray"] = ray
     return out

@@ -11,6 +11,7 @@ from prep.cli.exits import at_least
 from prep.errors import PrepError
 from prep.plan import STRATEGIES
 from prep.plan.spec import DEFAULT_SPLITS
+from prep.ray_runtime import parse_resources
 
 if TYPE_CHECKING:
     from prep.manifest import Manifest
@@ -51,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Lance data storage version of the splits (default 2.0: fastest to write and scan, "
                    "uncompressed; 2.2 is ~2.5x smaller, for object storage)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS; without either, the run stays in this process)")
+    p.add_argument("--ray-resources", type=parse_resources, help='custom Ray resources each task asks for, as JSON (pins tasks to nodes)')
     p.add_argument("--executor", default="auto", choices=["auto", "ray", "local"],
                    help="auto (default): Ray when a cluster is given (--ray-address, RAY_ADDRESS), else threads in this "
                    "process; ray: Ray even on one machine (starts a local one); local: this process. Outputs are identical")
@@ -74,11 +76,11 @@ def run(args: argparse.Namespace) -> int:
         if given:
             raise PrepError(f"{', '.join(given)}: with --mixture, set seed/clump/filter/columns in {args.mixture} "
                             "(filter and columns per source)")
-        manifest = materialize_mixture(mixture=args.mixture, **common)
+        manifest = materialize_mixture(mixture=args.mixture, ray_resources=args.ray_resources, **common)
     else:
         manifest = materialize_shuffle(
             table=args.table, strategy=args.strategy, hash_columns=args.hash_columns, clump=args.clump, seed=args.seed,
-            filter=args.filter, columns=args.columns, **common)
+            filter=args.filter, columns=args.columns, ray_resources=args.ray_resources, **common)
     if args.json:
         print(json.dumps(manifest.to_json(), indent=2))
         return 0

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from prep.cli.exits import at_least
+from prep.cli.prewarm import byte_size
 
 __all__ = ["register"]
 
@@ -23,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--world-size", type=at_least(1), default=None, help="world size (default: torch.distributed, WORLD_SIZE, SLURM_NTASKS, else 1)")
     p.add_argument("--global-batch-size", type=at_least(1), required=True, help="rows per global step (a multiple of the splits)")
     p.add_argument("--max-steps", type=at_least(0), default=None, help="stop after this many steps")
+    p.add_argument("--cache-dir", help="local reader cache (the directory `prep prewarm --cache` fills): splits are read "
+                   "from there when copied, else from the remote while a background stage copies them")
+    p.add_argument("--cache-max-bytes", type=byte_size, help="the most the cache may hold, e.g. 200G (default: no limit)")
     p.add_argument("--ids-only", action="store_true", help="one line per step: the step number, then the row ids")
     p.set_defaults(func=run)
 
@@ -32,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from prep.reader import ReaderDataset
 
     ds = ReaderDataset(args.path, global_batch_size=args.global_batch_size, rank=args.rank,
-                       world_size=args.world_size, epochs=[args.epoch])
+                       world_size=args.world_size, epochs=[args.epoch], cache_dir=args.cache_dir,
+                       cache_max_bytes=args.cache_max_bytes)
     steps = 0
     planned = ds.schedule.total if args.max_steps is None else min(ds.schedule.total, args.max_steps)
     bar = Bar(planned, "read steps", unit="step", show=not sys.stdout.isatty())  # else the printed steps show it

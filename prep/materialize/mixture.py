@@ -93,6 +93,7 @@ def materialize_mixture(
     ray_address: str | None = None,
     num_cpus: int | None = None,
     executor: Executor = "auto",
+    ray_resources: dict[str, float] | None = None,
 ) -> Manifest:
     """Materializes epochs ``[start_epoch, start_epoch + epochs)`` of a mixture.
 
@@ -100,7 +101,7 @@ def materialize_mixture(
         mixture: a mixture file (:mod:`prep.materialize.mixture_file`) or a plan with a mixture.
         splits: splits per epoch when ``mixture`` is a file (its ``global_batch`` must be a multiple).
         output, epochs, start_epoch, overwrite, s3, read_rows, lance_format, ray_address, num_cpus,
-            executor: as for :func:`prep.materialize.materialize_shuffle`.
+            executor, ray_resources: as for :func:`prep.materialize.materialize_shuffle`.
 
     Returns:
         The manifest that was written.
@@ -116,7 +117,7 @@ def materialize_mixture(
     job = _resolve(plan, output, overwrite=overwrite, s3=s3, read_rows=read_rows, lance_format=lance_format)
     run_epochs = range(start_epoch, start_epoch + epochs)
     on_ray = executor == "ray" or (executor == "auto" and use_ray(ray_address))
-    done = _run_tasks(job, run_epochs, on_ray=on_ray, ray_address=ray_address, num_cpus=num_cpus)
+    done = _run_tasks(job, run_epochs, on_ray=on_ray, ray_address=ray_address, num_cpus=num_cpus, resources=ray_resources)
     manifest = _manifest(job, run_epochs, done)
     write_manifest(job.output, manifest, job.s3)
     return manifest
@@ -149,7 +150,7 @@ def _resolve(plan: PlanSpec, output: str, *, overwrite: bool, s3: storage.S3Opti
 
 
 def _run_tasks(job: MixtureJob, run_epochs: range, *, on_ray: bool, ray_address: str | None,
-               num_cpus: int | None) -> dict[tuple[int, int], dict]:
+               num_cpus: int | None, resources: dict[str, float] | None = None) -> dict[tuple[int, int], dict]:
     """Plans each epoch of the run, then writes the (epoch, split) pairs not done yet; returns all done records."""
     done = done_records(job, run_epochs)
     p, mix = job.plan, job.plan.mixture
@@ -169,7 +170,7 @@ def _run_tasks(job: MixtureJob, run_epochs: range, *, on_ray: bool, ray_address:
     t0 = time.time()
     with Bar(len(calls), f"materialize mixture {len(run_epochs)} epochs x {p.num_splits} splits", unit="split") as bar:
         if on_ray:
-            records = _on_ray(job, calls, ray_address, num_cpus, bar.update)
+            records = _on_ray(job, calls, ray_address, num_cpus, bar.update, resources)
         else:
             records = _local(job, calls, num_cpus, bar.update)
     done.update({(r["epoch"], r["split"]): r for r in records})
@@ -188,7 +189,7 @@ def _local(job: MixtureJob, calls: list[tuple], num_cpus: int | None, on_done: C
 
 
 def _on_ray(job: MixtureJob, calls: list[tuple], address: str | None, num_cpus: int | None,
-            on_done: Callable[[], None]) -> list[dict]:
+            on_done: Callable[[], None], resources: dict[str, float] | None) -> list[dict]:
     """The tasks on Ray, each taking its rows from the tables."""
     import ray
 
@@ -196,7 +197,7 @@ def _on_ray(job: MixtureJob, calls: list[tuple], address: str | None, num_cpus: 
     from prep.ray_runtime import init_ray
 
     init_ray(address, num_cpus=num_cpus)
-    remote = ray.remote(num_cpus=1, max_retries=2)(released)
+    remote = ray.remote(num_cpus=1, max_retries=2, resources=resources or None)(released)
     job_ref = ray.put(job)
     return collect([remote.remote(_write_split, where, job_ref, e, s, src, row, None) for where, e, s, src, row in calls],
                    on_done)

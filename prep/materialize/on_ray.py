@@ -39,7 +39,8 @@ def _counted(record: dict, on_done: Callable[[], None]) -> dict:
 
 
 def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np.ndarray | None, *,
-               address: str | None, num_cpus: int | None, on_done: Callable[[], None] = lambda: None) -> list[dict]:
+               address: str | None, num_cpus: int | None, on_done: Callable[[], None] = lambda: None,
+               resources: dict[str, float] | None = None) -> list[dict]:
     """Writes the (epoch, split) pairs in ``todo`` on Ray; returns their done records.
 
     Args:
@@ -50,12 +51,13 @@ def run_on_ray(job: Job, source: Any, todo: list[tuple[int, int]], hash_keys: np
         address (str | None): cluster to join (default ``RAY_ADDRESS``, else a local Ray).
         num_cpus (int | None): CPUs of a local Ray (default: all).
         on_done (Callable[[], None]): called as each split's record arrives, in order (the progress bar).
+        resources (dict | None): custom Ray resources each task asks for (pins tasks to nodes).
 
     Raises:
         PrepError: the first task that failed, with where it happened.
     """
     init_ray(address, num_cpus=num_cpus)
-    remote = ray.remote(num_cpus=1, max_retries=2)(released)
+    remote = ray.remote(num_cpus=1, max_retries=2, resources=resources or None)(released)
     hash_ref = ray.put(hash_keys) if hash_keys is not None else None
     if reads_scattered(job.plan):
         pieces = _gather_pieces(job, source, remote, hash_ref)

@@ -146,6 +146,7 @@ def materialize_shuffle(
     ray_address: str | None = None,
     num_cpus: int | None = None,
     executor: Executor = "auto",
+    ray_resources: dict[str, float] | None = None,
 ) -> Manifest:
     """Materializes epochs ``[start_epoch, start_epoch + epochs)`` of a shuffle plan.
 
@@ -167,6 +168,7 @@ def materialize_shuffle(
             cheapest to write and scan; ``"2.2"`` compresses ~2.5x, for remote storage).
         ray_address: Ray cluster to join (default ``RAY_ADDRESS``).
         num_cpus: CPUs of a local Ray, or threads of the local executor (default: all).
+        ray_resources: custom Ray resources each task asks for (pins tasks to the nodes offering them).
         executor: ``"auto"`` (default: Ray when there is a cluster, see
             :func:`prep.ray_runtime.use_ray`, else this process), ``"ray"`` (a
             local Ray is started when there is no cluster) or ``"local"``. Both
@@ -186,7 +188,8 @@ def materialize_shuffle(
     job = _select(job, source)
     run_epochs = range(start_epoch, start_epoch + epochs)
     on_ray = executor == "ray" or (executor == "auto" and use_ray(ray_address))
-    done = _run_tasks(job, source, run_epochs, on_ray=on_ray, ray_address=ray_address, num_cpus=num_cpus)
+    done = _run_tasks(job, source, run_epochs, on_ray=on_ray, ray_address=ray_address, num_cpus=num_cpus,
+                      resources=ray_resources)
     return _finalize(job, source, run_epochs, done)
 
 
@@ -254,7 +257,7 @@ def _select(job: Job, source: Any) -> Job:
 
 
 def _run_tasks(job: Job, source: Any, run_epochs: range, *, on_ray: bool, ray_address: str | None,
-               num_cpus: int | None) -> dict[tuple[int, int], dict]:
+               num_cpus: int | None, resources: dict[str, float] | None = None) -> dict[tuple[int, int], dict]:
     """Writes the (epoch, split) pairs of ``run_epochs`` not done yet, on Ray or in this process; returns all done records."""
     done = done_records(job, run_epochs)
     todo = [(e, s) for e in run_epochs for s in range(job.plan.num_splits) if (e, s) not in done]
@@ -268,7 +271,8 @@ def _run_tasks(job: Job, source: Any, run_epochs: range, *, on_ray: bool, ray_ad
         if on_ray:
             from prep.materialize.on_ray import run_on_ray  # imports Ray: only when it is used
 
-            records = run_on_ray(job, source, todo, keys, address=ray_address, num_cpus=num_cpus, on_done=bar.update)
+            records = run_on_ray(job, source, todo, keys, address=ray_address, num_cpus=num_cpus, on_done=bar.update,
+                                 resources=resources)
         else:
             records = run_local(job, source, todo, keys, num_cpus=num_cpus, on_done=bar.update)
     done.update({(rec["epoch"], rec["split"]): rec for rec in records})

@@ -99,7 +99,7 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     with Bar(len(plan.chunks), f"{job.name} {cfg.output.rstrip('/').rsplit('/', 1)[-1]}", unit="chunk") as bar:
         results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
-                             on_result=_advance(bar, t_run))
+                             on_result=_advance(bar, t_run), resources=cfg.ray.resources)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
     metadata = {
         "format": TABLE_FORMAT,

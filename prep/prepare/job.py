@@ -153,12 +153,13 @@ def run_chunks(
     executor: Executor = "ray",
     local_workers: int | None = None,
     on_result: Callable[[ChunkResult], None] | None = None,
+    resources: dict[str, float] | None = None,
 ) -> list[ChunkResult]:
     """Runs ``worker`` on every chunk; returns results in chunk order.
 
     ``executor="ray"`` runs a Ray Data task per chunk on the cluster; ``"local"`` runs
     ``local_workers`` (default: the CPUs) threads on this machine, each feeding its own
-    sandbox process. Both run the same :func:`_run_chunk` in the same sandboxes, so the
+    sandbox process; ``resources`` are custom Ray resources each task asks for. Both run the same :func:`_run_chunk` in the same sandboxes, so the
     output is identical. Each chunk runs isolated (prep.prepare.isolation): items that
     crash or hang the worker become rejects within ``limits``, and Ray retries a task at
     most ``limits.max_task_retries`` times (Ray Data's default is forever).
@@ -175,7 +176,7 @@ def run_chunks(
     if executor == "local":
         results = _run_local(items, kwargs, limits, faults, local_workers or os.cpu_count() or 1, arrived)
     else:
-        results = _run_on_ray(items, kwargs, limits, faults, num_cpus_per_task, arrived)
+        results = _run_on_ray(items, kwargs, limits, faults, num_cpus_per_task, arrived, resources or {})
     missing = sorted(set(range(len(chunks))) - results.keys())
     if missing:
         raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
@@ -216,7 +217,8 @@ def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: L
 
 
 def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, faults: str | None,
-                num_cpus_per_task: float, arrived: Callable[[ChunkResult], None]) -> dict[int, ChunkResult]:
+                num_cpus_per_task: float, arrived: Callable[[ChunkResult], None],
+                resources: dict[str, float]) -> dict[int, ChunkResult]:
     """Chunks as Ray Data tasks (one block each), with finite retries."""
     import ray
 
@@ -229,6 +231,7 @@ def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: 
             batch_size=1,
             batch_format="pyarrow",
             num_cpus=num_cpus_per_task,
+            resources=resources or None,
             max_retries=limits.max_task_retries,
         )
     results: dict[int, ChunkResult] = {}

@@ -2,7 +2,10 @@
 
 A *chunk* is a byte range of a JSONL/text file (lines belong to the chunk their
 first byte falls in, as in Hadoop's TextInputFormat), a row-group range of a
-Parquet file, or a whole JSON/CSV file. Chunks are planned by the driver from
+Parquet file, or a whole JSON/CSV file. A compressed text file (``.gz``, ``.zst``,
+``.bz2`` after the format's extension, e.g. ``part-0.jsonl.zst``) is read decompressed, as
+one chunk (a compressed stream cannot be entered in the middle); its row positions are
+offsets in the decompressed bytes. Chunks are planned by the driver from
 file sizes (and Parquet footers) only, so the same inputs always give the same
 chunks, whatever the cluster. Readers never raise on a bad row: they return a
 :class:`~prep.prepare.rejects.Reject` naming the file and line.
@@ -20,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from prep import storage
-from prep.errors import PrepError
+from prep.errors import PrepError, one_line
 from prep.prepare.listing import ListedFile, list_input, row_group_ranges
 from prep.prepare.rejects import Reject
 
@@ -34,14 +37,18 @@ _EXTENSIONS = {
     ".csv": "csv", ".txt": "text", ".text": "text", ".md": "text",
 }
 _BYTE_RANGED = {"jsonl", "text-line"}
+# Compressed text is read through fsspec's codecs; Parquet compresses itself and needs seeks.
+_COMPRESSION = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
+_COMPRESSIBLE = {"jsonl", "json", "csv", "text"}
 _READ_MORE = 1 << 16
 
 
 @dataclass(frozen=True)
 class SourceFile(ListedFile):
-    """A listed input file and the text format it is read as."""
+    """A listed input file, the text format it is read as and its compression (None: plain)."""
 
     format: str = ""
+    compression: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,10 +79,21 @@ class Records:
         return self.where[i] if self.where is not None else f"row {int(self.positions[i])}"
 
 
+def _compression_of(path: str) -> str | None:
+    return _COMPRESSION.get(os.path.splitext(path)[1].lower())
+
+
 def _format_of(path: str, input_format: InputFormat) -> str | None:
-    if input_format != "auto":
-        return input_format
-    return _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+    """The format ``path`` is read as (None: not an input); a compression suffix is looked through.
+
+    >>> _format_of("s3://b/part-0.jsonl.zst", "auto"), _format_of("x.parquet.gz", "auto"), _format_of("a.txt", "auto")
+    ('jsonl', None, 'text')
+    """
+    compressed = _compression_of(path) is not None
+    if compressed:
+        path = os.path.splitext(path)[0]
+    fmt = input_format if input_format != "auto" else _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+    return None if compressed and fmt not in _COMPRESSIBLE else fmt
 
 
 def list_sources(inputs: list[str], input_format: InputFormat = "auto", s3: storage.S3Options | None = None) -> list[SourceFile]:
@@ -86,10 +104,12 @@ def list_sources(inputs: list[str], input_format: InputFormat = "auto", s3: stor
         PrepError: a path does not exist, or a folder/glob matches no readable file.
     """
     want = input_format if input_format != "auto" else "/".join(sorted(_EXTENSIONS))
+    want += " (also .gz/.zst/.bz2)"
     found: list[SourceFile] = []
     for given in inputs:
         listing = list_input(given, s3, accept=lambda p: _format_of(p, input_format) is not None, what=f"{want} files")
-        found += [SourceFile(f.uri, f.key, f.size, f.mtime, _format_of(f.uri, input_format) or "") for f in listing.files]
+        found += [SourceFile(f.uri, f.key, f.size, f.mtime, _format_of(f.uri, input_format) or "", _compression_of(f.uri))
+                  for f in listing.files]
     return found
 
 
@@ -98,7 +118,7 @@ def plan_chunks(sources: list[SourceFile], chunk_bytes: int, text_unit: TextUnit
     chunks: list[Chunk] = []
     for src in sources:
         kind = f"text-{text_unit}" if src.format == "text" else src.format
-        if kind in _BYTE_RANGED and src.size > chunk_bytes:
+        if kind in _BYTE_RANGED and src.size > chunk_bytes and src.compression is None:
             chunks += [Chunk(src, s, min(s + chunk_bytes, src.size)) for s in range(0, src.size, chunk_bytes)]
         elif kind == "parquet":
             chunks += _parquet_chunks(src, chunk_bytes, s3)
@@ -120,7 +140,10 @@ def _parquet_chunks(src: SourceFile, chunk_bytes: int, s3: storage.S3Options | N
 
 
 def _read_line_range(chunk: Chunk, s3: storage.S3Options | None) -> tuple[bytes, int]:
-    """Bytes of the lines whose first byte is in ``[start, end)``, and the offset of the first."""
+    """Bytes of the lines whose first byte is in ``[start, end)``, and the offset of the first
+    (a compressed file is one chunk: all its decompressed lines)."""
+    if chunk.source.compression is not None:
+        return _read_whole(chunk, s3), 0
     fs, path = storage.filesystem(chunk.source.uri, s3)
     with fs.open(path, "rb") as f:
         begin = max(chunk.start - 1, 0)
@@ -224,9 +247,15 @@ class _LazyLabels:
 
 
 def _read_whole(chunk: Chunk, s3: storage.S3Options | None) -> bytes:
+    """The file's bytes, decompressed; a broken stream is an error naming the file."""
     fs, path = storage.filesystem(chunk.source.uri, s3)
-    with fs.open(path, "rb") as f:
-        return f.read()
+    try:
+        with fs.open(path, "rb", compression=chunk.source.compression) as f:
+            return f.read()
+    except (OSError, EOFError, ValueError) as exc:
+        if chunk.source.compression is None:
+            raise
+        raise PrepError(f"{chunk.source.uri}: cannot decompress ({chunk.source.compression}): {one_line(exc)}") from None
 
 
 def _read_json_array(chunk: Chunk, s3: storage.S3Options | None) -> Records:

@@ -18,10 +18,14 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from prep import storage
+from prep.cache import SplitCache
+from prep.errors import PrepError
+from prep.manifest import Manifest, read_manifest
 from prep.plan.spec import PlanSpec
 from prep.reader import forksafe
 from prep.reader import state as st
 from prep.reader.batch import Batch
+from prep.reader.cached import FetchStage
 from prep.reader.manifest import Materialized
 from prep.reader.pipeline import Pipeline
 from prep.reader.schedule import Schedule
@@ -58,6 +62,13 @@ class ReaderDataset(IterableDataset):
         raw_chunks: reads queued ahead of batching (default 2).
         prefetch_batches: batches built ahead of the consumer, at least (default 4).
         s3: where to reach ``s3://`` URIs (default: the environment).
+        cache_dir: a local directory for verified copies of this rank's splits (see
+            :mod:`prep.reader.cached`): read from there when a copy is there, else from
+            the remote while a background stage copies it (default: no cache). The
+            directory ``prep prewarm --cache`` fills.
+        cache_max_bytes: the most bytes the cache may hold (default: no limit); less than
+            an epoch works: splits that do not fit are read from the remote.
+        fetch_threads: splits the cache's fetch stage copies at once (default 8).
 
     Example:
         >>> ds = ReaderDataset("out/", global_batch_size=96)          # doctest: +SKIP
@@ -72,8 +83,12 @@ class ReaderDataset(IterableDataset):
                  pad_id: int | None = None, token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
                  image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
                  pin_memory: bool = False, batch_threads: int = 2, read_bytes: int = 64 << 20, raw_chunks: int = 2, prefetch_batches: int = 4,
-                 s3: storage.S3Options | None = None) -> None:
+                 s3: storage.S3Options | None = None, cache_dir: str | None = None, cache_max_bytes: int | None = None,
+                 fetch_threads: int = 8) -> None:
         super().__init__()
+        if cache_dir is not None and plan is not None:
+            raise PrepError("cache_dir works with a materialized output, not with plan= (an on-the-fly plan reads the "
+                            "prepared table in place)")
         if plan is not None:
             from prep.reader.planned import Planned
 
@@ -102,6 +117,12 @@ class ReaderDataset(IterableDataset):
         self._pipeline: Pipeline | None = None
         self._pid = os.getpid()  # the process _pipeline belongs to
         self._prev = StatsSnapshot()
+        self._cache: tuple[str, int | None, Manifest, storage.S3Options | None] | None = None
+        if cache_dir is not None:
+            manifest = read_manifest(path, s3)
+            SplitCache(cache_dir, source=path, manifest=manifest, max_bytes=cache_max_bytes, s3=s3)  # claims it now
+            self._cache = (os.path.abspath(cache_dir), cache_max_bytes, manifest, s3)
+        self._fetch_threads = fetch_threads
 
     # --- state -------------------------------------------------------------------------------------
     @property
@@ -142,7 +163,7 @@ class ReaderDataset(IterableDataset):
             num_workers=num_workers, max_steps=self._max_steps, raw_chunks=self._raw_chunks,
             prefetch_batches=self._prefetch_batches, pin_memory=self._pin, batch_threads=self._batch_threads,
             transform=self._transform,
-            transform_threads=self._transform_threads)
+            transform_threads=self._transform_threads, fetch=self._fetch_stage(start[0]))
         self._prev = StatsSnapshot()
         try:
             while True:
@@ -157,6 +178,15 @@ class ReaderDataset(IterableDataset):
                 yield batch
         finally:
             pipe.shutdown()
+
+    def _fetch_stage(self, epoch: int) -> FetchStage | None:
+        """This process's fetch stage, from ``epoch`` on (None without a cache)."""
+        if self._cache is None:
+            return None
+        root, max_bytes, manifest, s3 = self._cache
+        cache = SplitCache(root, source=self.layout.uri, manifest=manifest, max_bytes=max_bytes, s3=s3)
+        epochs = self.schedule.epochs[self.schedule.epochs.index(epoch):]
+        return FetchStage(cache, tuple(epochs), self.splits, threads=self._fetch_threads)
 
     # --- observability -----------------------------------------------------------------------------
     def stats(self) -> StatsSnapshot:

@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["dataset", "keep", "inherited_lance"]
+__all__ = ["dataset", "forget", "keep", "inherited_lance"]
 
 _lock = threading.RLock()
 _pid = os.getpid()
@@ -87,6 +87,14 @@ def dataset(uri: str, version: int | None = None, storage_options: dict[str, str
         if key not in _handles:
             _handles[key] = _Remote(key) if _inherited else _open(*key)
         return _handles[key]
+
+
+def forget(uri: str) -> None:
+    """Drops this process's handles on ``uri`` (the reader cache replaced the files there); holders keep theirs."""
+    with _lock:
+        if _pid == os.getpid():
+            for key in [k for k in _handles if k[0] == uri]:
+                del _handles[key]
 
 
 def _open(uri: str, version: int | None, options: tuple) -> Any:

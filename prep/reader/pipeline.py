@@ -1,5 +1,6 @@
 """One iteration's chain of stages, and the counters the status line is made of.
 
+    [FetchStage: remote -> local cache, background threads]
     ChunkSource --(I/O thread, raw queue)--> Batcher (batch-building threads) --> [Transformer] --> consumer
 """
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from prep.reader.batch import Batch
 from prep.reader.batcher import Batcher
+from prep.reader.cached import CachedLayout, FetchStage, cache_counters
 from prep.reader.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
 from prep.reader.source import EPOCH_KEY, STEP_KEY, ChunkSource
@@ -40,11 +42,16 @@ class Pipeline:
         batch_threads: threads building batches.
         transform: optional ``fn(batch) -> dict``, on ``transform_threads`` threads.
         transform_threads: pool size for ``transform``.
+        fetch: the reader cache's fetch stage (reads go through the cache), or None.
     """
 
     def __init__(self, *, layout: Any, schedule: Schedule, splits: range, spec: CollateSpec, start: tuple[int, int],
                  worker: int, num_workers: int, max_steps: int, raw_chunks: int, prefetch_batches: int,
-                 pin_memory: bool, batch_threads: int, transform: Callable[[Batch], dict] | None, transform_threads: int) -> None:
+                 pin_memory: bool, batch_threads: int, transform: Callable[[Batch], dict] | None, transform_threads: int,
+                 fetch: FetchStage | None = None) -> None:
+        self.fetch = fetch
+        if fetch is not None:
+            layout = CachedLayout(layout, fetch)
         self.source = ChunkSource(layout=layout, schedule=schedule, splits=splits, columns=spec.columns,
                                   worker=worker, num_workers=num_workers, max_steps=max_steps)
         self.io = Prefetcher(self.source, depth=raw_chunks, name="reader I/O", size=lambda c: c.num_rows)
@@ -87,7 +94,10 @@ class Pipeline:
             raw_rows=self.io.queued_rows + self.batcher.pending_rows,
             prefetched_rows=self.batcher.ready_rows + (t.inflight_rows if t else 0),
             consumed_rows=self._rows, consumed_tokens=self._tokens, consumed_batches=self._batches,
-            source_rows=tuple(self._source_rows.tolist()), source_tokens=tuple(self._source_tokens.tolist()))
+            source_rows=tuple(self._source_rows.tolist()), source_tokens=tuple(self._source_tokens.tolist()),
+            **(cache_counters(self.fetch) if self.fetch is not None else {}))
 
     def shutdown(self) -> None:
         self.last.shutdown()
+        if self.fetch is not None:
+            self.fetch.shutdown()

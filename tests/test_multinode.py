@@ -1,0 +1,99 @@
+"""A real two-node Ray cluster on this machine: every task pinned to the second node, data on S3.
+
+The session's Ray head (``conftest.ray_head``) is joined by a second node (``ray start
+--address``, its own temp dir and ports) that alone offers the custom resource
+``prep_node2``; pretokenize and materialize-shuffle run as CLI drivers with
+``--ray-resources '{"prep_node2": 1}'``, so Ray may place their tasks nowhere else.
+Inputs and outputs are on the S3 endpoint: a task that needed a file only the driver
+can see would fail. The node is stopped by its process group.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import boto3
+import pytest
+
+from conftest import REPO, VENV_BIN, free_port
+from prep import storage
+from prep.checksum import dataset_checksum
+from prep.verify import verify
+
+pytestmark = [pytest.mark.s3, pytest.mark.slow]
+
+RESOURCE = "prep_node2"
+
+
+@pytest.fixture(scope="module")
+def second_node(ray_head, s3_env):
+    """A second Ray node offering ``prep_node2``; yields its temp dir."""
+    temp_dir = tempfile.mkdtemp(prefix="prep-n2-", dir="/tmp")
+    env = {**ray_head.env, **s3_env, "PYTHONPATH": str(REPO)}
+    ports = [f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+             f"--metrics-export-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+             f"--dashboard-agent-grpc-port={free_port()}", f"--runtime-env-agent-port={free_port()}"]
+    start = subprocess.Popen(
+        [str(VENV_BIN / "ray"), "start", f"--address={ray_head.gcs_address}", "--num-cpus=2",
+         f"--resources={json.dumps({RESOURCE: 4})}", f"--temp-dir={temp_dir}", "--object-store-memory=200000000",
+         "--disable-usage-stats", *ports],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out, _ = start.communicate(timeout=120)
+    if start.returncode:
+        raise RuntimeError(f"ray start (second node) failed:\n{out}")
+    try:
+        yield temp_dir
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(start.pid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(1)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+# One driver for both stages (one Ray job: the second stage reuses the workers the first one started).
+DRIVER = """
+import json, sys
+from prep.materialize import materialize_shuffle
+from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
+from prep.config import load_config
+bucket, tokenizer, address, resources = sys.argv[1:5]
+resources = json.loads(resources)
+cfg = load_config(PretokenizeConfig, sys.argv[5], input=f"{bucket}/raw/", output=f"{bucket}/t.lance", tokenizer=tokenizer,
+                  executor="ray", ray={"address": address, "resources": resources})
+print(run_pretokenize(cfg)["executor"])
+m = materialize_shuffle(table=f"{bucket}/t.lance", output=f"{bucket}/shuffled", epochs=1, splits=2, executor="ray",
+                        ray_address=address, ray_resources=resources)
+print(m.num_selected_rows)
+"""
+
+
+def test_pretokenize_and_materialize_run_on_the_second_node(second_node, ray_head, s3_env, s3_bucket, shared_data,
+                                                          tokenizer_dir):
+    client = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    with open(shared_data / "gsm8k" / "train.jsonl", "rb") as f:
+        client.put_object(Bucket=s3_bucket, Key="raw/a.jsonl", Body=b"".join(next(f) for _ in range(60)))
+    bucket = f"s3://{s3_bucket}"
+    env = {**ray_head.env, **s3_env, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, bucket, tokenizer_dir, ray_head.gcs_address, json.dumps({RESOURCE: 1}),
+         str(REPO / "configs" / "gsm8k-sft.yaml")], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["ray", "60"]
+
+    table = f"{bucket}/t.lance"
+    assert dataset_checksum(table, storage.lance_storage_options(table))[0] == 60
+    report = verify(f"{bucket}/shuffled")
+    assert report.ok, report
+    # The second node ran Python workers (the head's own workers log under the head's temp dir).
+    assert glob.glob(os.path.join(second_node, "session_*", "logs", "worker-*")), os.listdir(second_node)
