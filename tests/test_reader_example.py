@@ -27,7 +27,7 @@ def test_train_sft_checkpoints_reader_state_and_resumes_after_the_last_trained_b
     path, _ = rf.cached_output("sft4")  # 4 splits x 10 rows: 10 steps of 4 rows
     ckpt = str(tmp_path / "ckpt.pt")
     log = train(path, ckpt, 2)
-    assert "step 2 loss" in log and "| epoch 1/1 step 2 |" in log
+    assert "step 2 loss" in log and "| epoch 0 of 1 step 2 |" in log
     first = torch.load(ckpt, weights_only=False)
     assert (first["step"], first["reader"]["epoch"], first["reader"]["step"]) == (2, 0, 2)
     log = train(path, ckpt, 3, "--resume")
