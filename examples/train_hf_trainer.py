@@ -18,7 +18,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from prep.integrations.hf import ReaderTrainerMixin
 from prep.reader import ReaderDataset
-from train_sft import build_model, kill_if, record_batch
+from train_sft import build_model, kill_if, record_batch, vocab_size
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "labels", "position_ids")
 
@@ -55,11 +55,10 @@ def main() -> None:
     args = p.parse_args()
 
     dataset = ReaderDataset(args.data, global_batch_size=args.global_batch_size)
-    vocab = (dataset.layout.metadata.get("tokenizer") or {}).get("vocab_size") or 32768
     training = TrainingArguments(output_dir=args.output_dir, max_steps=args.steps, save_steps=args.save_steps,
                                  logging_steps=1, learning_rate=3e-4, dataloader_num_workers=args.num_workers,
                                  report_to=[], use_cpu=True, seed=0)
-    trainer = ReaderTrainer(model=build_model(vocab, seed=0), args=training, train_dataset=dataset,
+    trainer = ReaderTrainer(model=build_model(vocab_size(dataset), seed=0), args=training, train_dataset=dataset,
                             callbacks=[KillAfter(args.kill_after_step)])
     trainer.log_batches = args.log_batches
     trainer.train(resume_from_checkpoint=args.resume or None)

@@ -46,6 +46,11 @@ def build_model(vocab_size: int, seed: int) -> torch.nn.Module:
     return LlamaForCausalLM(config)
 
 
+def vocab_size(dataset: ReaderDataset) -> int:
+    """The table's tokenizer vocabulary (the model's output layer covers every id)."""
+    return (dataset.layout.metadata.get("tokenizer") or {}).get("vocab_size") or 32768
+
+
 def record_batch(path: str | None, batch, rank: int = 0, trainer_epoch: int | None = None) -> None:
     """Appends the trained batch's origin to ``path`` (JSON lines): what the resume tests compare."""
     if path:
@@ -98,8 +103,7 @@ def main() -> None:
     dataset = ReaderDataset(args.data, global_batch_size=args.global_batch_size, rank=rank, world_size=world,
                             pin_memory=device.type == "cuda")
     loader = Loader(dataset, num_workers=args.num_workers, device=device)
-    vocab = (dataset.layout.metadata.get("tokenizer") or {}).get("vocab_size") or 32768
-    model = build_model(vocab, args.seed).to(device)
+    model = build_model(vocab_size(dataset), args.seed).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     step = 0
     if args.resume:

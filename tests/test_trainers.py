@@ -15,14 +15,14 @@ import reader_fixtures as rf
 from prep.reader import Batch, Loader, ReaderDataset
 
 pytestmark = pytest.mark.skipif(not rf.GSM8K.exists(), reason=f"real data not found at {rf.SHARED_DATA}")
-G = 4  # sft4x2: 4 splits x 6 rows, 2 epochs -> 6 steps an epoch
+G = 4  # sft4x2: 4 splits x 3 rows, 2 epochs -> 3 steps an epoch
 
 
 @pytest.fixture(scope="module")
 def out():
     path, _ = rf.cached_output("sft4x2")
     reference = [(b.epoch, b.step, b.ids.copy()) for b in ReaderDataset(path, global_batch_size=G)]
-    assert [(e, t) for e, t, _ in reference] == [(e, t) for e in (0, 1) for t in range(6)]
+    assert [(e, t) for e, t, _ in reference] == [(e, t) for e in (0, 1) for t in range(3)]
     return path, reference
 
 
@@ -47,9 +47,9 @@ def test_rebuilt_batches_keep_epoch_step_and_state(out):
 def test_len_is_the_steps_one_iteration_yields(out):
     path, reference = out
     ds = ReaderDataset(path, global_batch_size=G, rank=1, world_size=2)
-    assert len(ds) == len(list(ds)) == 12 and ds.steps_per_epoch == {0: 6, 1: 6}
+    assert len(ds) == len(list(ds)) == 6 and ds.steps_per_epoch == {0: 3, 1: 3}
     loader = Loader(ReaderDataset(path, global_batch_size=G), epoch_per_iter=True)
-    assert len(loader) == 6 and len(Loader(ds)) == 12
+    assert len(loader) == 3 and len(Loader(ds)) == 6
     epochs = [[(b.epoch, b.step, b.ids.copy()) for b in loader] for _ in range(2)]
     assert_sequence(epochs[0] + epochs[1], reference)  # one reader epoch per iter(): the trainer's epoch 0 is ours
 
@@ -67,7 +67,7 @@ def prefetched(batches, ahead):
 @pytest.mark.parametrize("ahead", [1, 2, 4])
 def test_state_of_the_trained_batch_resumes_exactly_whatever_was_prefetched(out, ahead):
     path, reference = out
-    stop = 5
+    stop = 2
     loader = Loader(ReaderDataset(path, global_batch_size=G))
     trained = []
     for batch in prefetched(loader, ahead):
@@ -100,8 +100,8 @@ def test_hf_trainer_default_loader_fails_and_the_mixin_feeds_reader_batches(out,
 
     trainer = ReaderTrainer(model=model, args=args, train_dataset=ReaderDataset(path, global_batch_size=G))
     loader = trainer.get_train_dataloader()
-    assert len(loader) == 6
-    assert_sequence([(b.epoch, b.step, b.ids.copy()) for b in loader], reference[:6])
+    assert len(loader) == 3
+    assert_sequence([(b.epoch, b.step, b.ids.copy()) for b in loader], reference[:3])
 
 
 def test_accelerate_prepare_reshards_a_reader_dataloader_but_passes_the_reader_loader_through(out):
@@ -122,7 +122,7 @@ def test_accelerate_prepare_reshards_a_reader_dataloader_but_passes_the_reader_l
     assert accelerator._custom_objects == [loader]
 
 
-@pytest.mark.parametrize("num_workers,stop", [(0, 4), (2, 7)])
+@pytest.mark.parametrize("num_workers,stop", [(0, 2), (2, 4)])
 def test_stateful_dataloader_state_dict_resumes_exactly(out, num_workers, stop):
     from prep.integrations.torchdata import stateful_loader
 
