@@ -156,6 +156,14 @@ class ReaderDataset(IterableDataset):
 
     # --- iteration ---------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
+        return self.batches()
+
+    def batches(self, *, share: bool = True) -> Iterator[Batch]:
+        """This process's batches from where the last pass stopped (or a loaded state).
+
+        In a DataLoader worker each batch is copied into one shared-memory storage to ship,
+        unless ``share=False`` (the caller ships them itself, see :mod:`prep.reader.shipping`).
+        """
         if self._pid != os.getpid():  # forked: the parent's pipeline (threads, Lance handles) is not ours to touch
             forksafe.keep(self._pipeline)
             self._pipeline, self._pid = None, os.getpid()
@@ -183,7 +191,7 @@ class ReaderDataset(IterableDataset):
                 batch.set_origin(state=st.make(self, *self._position))
                 if info is not None:  # in a DataLoader worker: one storage to ship, counters the parent can't see
                     self._own = min(index + num_workers, total)
-                    batch = batch.shared()
+                    batch = batch.shared() if share else batch
                     batch.set_origin(worker=worker, stats=pipe.snapshot())
                 yield batch
         finally:
