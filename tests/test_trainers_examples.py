@@ -23,7 +23,7 @@ from prep.reader import ReaderDataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not rf.GSM8K.exists(), reason=f"real data not found at {rf.SHARED_DATA}")]
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
-G, KILL, STEPS = 4, 2, 5  # sft4x2: 3 steps an epoch, so the resumed runs cross into epoch 1
+G, KILL, STEPS = 4, 2, 4  # sft4x2: 3 steps an epoch, so the resumed runs cross into epoch 1
 # the checkpoint each run resumes from: HF and Lightning save after their kill hook ran (step 1 is the last
 # saved), the Accelerate loop saves step 2 before it dies
 RESUMED_AT = {"train_hf_trainer": 1, "train_lightning": 1, "train_accelerate": 2}
