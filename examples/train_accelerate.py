@@ -33,6 +33,7 @@ def main() -> None:
     p.add_argument("--save-steps", type=int, default=10)
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from the last --ckpt-dir/step-N")
+    p.add_argument("--hidden-size", type=int, default=128, help="model width (default 128; the tests use 32)")
     p.add_argument("--log-batches", help="append each trained batch's epoch, step and ids here (JSON lines)")
     p.add_argument("--kill-after-step", type=int, help="SIGKILL the process after this step (resume tests)")
     args = p.parse_args()
@@ -40,7 +41,7 @@ def main() -> None:
     accelerator = Accelerator(cpu=True)
     dataset = ReaderDataset(args.data, global_batch_size=args.global_batch_size)  # rank: from the accelerator's group
     loader = reader_loader(accelerator, dataset, num_workers=args.num_workers)
-    model = build_model(vocab_size(dataset), seed=0)
+    model = build_model(vocab_size(dataset), seed=0, hidden_size=args.hidden_size)
     model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=3e-4))
     step = 0
     if args.resume:

@@ -50,6 +50,7 @@ def main() -> None:
     p.add_argument("--save-steps", type=int, default=10)
     p.add_argument("--num-workers", type=int, default=0, help="Trainer's dataloader_num_workers")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
+    p.add_argument("--hidden-size", type=int, default=128, help="model width (default 128; the tests use 32)")
     p.add_argument("--log-batches", help="append each trained batch's epoch, step and ids here (JSON lines)")
     p.add_argument("--kill-after-step", type=int, help="SIGKILL the process after this step (resume tests)")
     args = p.parse_args()
@@ -58,8 +59,8 @@ def main() -> None:
     training = TrainingArguments(output_dir=args.output_dir, max_steps=args.steps, save_steps=args.save_steps,
                                  logging_steps=1, learning_rate=3e-4, dataloader_num_workers=args.num_workers,
                                  report_to=[], use_cpu=True, seed=0)
-    trainer = ReaderTrainer(model=build_model(vocab_size(dataset), seed=0), args=training, train_dataset=dataset,
-                            callbacks=[KillAfter(args.kill_after_step)])
+    model = build_model(vocab_size(dataset), seed=0, hidden_size=args.hidden_size)
+    trainer = ReaderTrainer(model=model, args=training, train_dataset=dataset, callbacks=[KillAfter(args.kill_after_step)])
     trainer.log_batches = args.log_batches
     trainer.train(resume_from_checkpoint=args.resume or None)
 

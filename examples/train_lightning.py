@@ -24,9 +24,9 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "labels", "position_ids")
 
 
 class TinyLM(L.LightningModule):
-    def __init__(self, vocab: int, lr: float = 3e-4, log_batches: str | None = None) -> None:
+    def __init__(self, vocab: int, hidden_size: int, lr: float = 3e-4, log_batches: str | None = None) -> None:
         super().__init__()
-        self.model, self.lr, self.log_batches = build_model(vocab, seed=0), lr, log_batches
+        self.model, self.lr, self.log_batches = build_model(vocab, seed=0, hidden_size=hidden_size), lr, log_batches
 
     def training_step(self, batch, batch_idx):
         # `batch` is Lightning's device copy: its epoch/step/ids came along
@@ -54,13 +54,14 @@ def main() -> None:
     p.add_argument("--save-steps", type=int, default=10)
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from --ckpt-dir/last.ckpt")
+    p.add_argument("--hidden-size", type=int, default=128, help="model width (default 128; the tests use 32)")
     p.add_argument("--log-batches", help="append each trained batch's epoch, step and ids here (JSON lines)")
     p.add_argument("--kill-after-step", type=int, help="SIGKILL the process after this step (resume tests)")
     args = p.parse_args()
 
     data = ReaderDataModule(args.data, global_batch_size=args.global_batch_size, num_workers=args.num_workers)
     vocab = vocab_size(ReaderDataset(args.data, global_batch_size=args.global_batch_size))  # reads the manifest only
-    model = TinyLM(vocab=vocab, log_batches=args.log_batches)
+    model = TinyLM(vocab=vocab, hidden_size=args.hidden_size, log_batches=args.log_batches)
     checkpoints = ModelCheckpoint(dirpath=args.ckpt_dir, every_n_train_steps=args.save_steps, save_last=True, save_top_k=-1)
     trainer = L.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[checkpoints, KillAfter(args.kill_after_step)])

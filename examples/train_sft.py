@@ -36,11 +36,12 @@ from prep.world import rank_and_world_size
 log = logging.getLogger("train_sft")
 
 
-def build_model(vocab_size: int, seed: int) -> torch.nn.Module:
+def build_model(vocab_size: int, seed: int, hidden_size: int = 128) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=344, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=hidden_size * 8 // 3,
+                         num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                          tie_word_embeddings=True)
     return LlamaForCausalLM(config)
@@ -86,6 +87,7 @@ def main() -> None:
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default 0)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hidden-size", type=int, default=128, help="model width (default 128; the tests use 32)")
     p.add_argument("--log-batches", help="append each trained batch's epoch, step and row ids here (JSON lines)")
     p.add_argument("--kill-after-step", type=int, help="SIGKILL the process after this step (resume tests)")
     args = p.parse_args()
@@ -103,7 +105,7 @@ def main() -> None:
     dataset = ReaderDataset(args.data, global_batch_size=args.global_batch_size, rank=rank, world_size=world,
                             pin_memory=device.type == "cuda")
     loader = Loader(dataset, num_workers=args.num_workers, device=device)
-    model = build_model(vocab_size(dataset), args.seed).to(device)
+    model = build_model(vocab_size(dataset), args.seed, args.hidden_size).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     step = 0
     if args.resume:

@@ -17,7 +17,7 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "train_sft.p
 
 def train(path: str, ckpt: str, steps: int, *extra: str) -> str:
     cmd = [sys.executable, EXAMPLE, "--data", path, "--global-batch-size", "4", "--steps", str(steps),
-           "--log-every", "1", "--ckpt", ckpt, "--ckpt-every", "1", "--micro-batch-size", "2", *extra]
+           "--log-every", "1", "--ckpt", ckpt, "--ckpt-every", "1", "--micro-batch-size", "2", "--hidden-size", "32", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return proc.stderr

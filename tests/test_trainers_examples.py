@@ -78,10 +78,11 @@ def killed_and_resumed(data, tmp_path_factory):
     runs, logs = [], {}
     for name, flag in CKPT_FLAG.items():
         logs[name] = (str(base / f"{name}-killed.jsonl"), str(base / f"{name}-resumed.jsonl"))
-        common = ["--data", path, "--global-batch-size", str(G), "--save-steps", "1", flag, str(base / name)]
-        runs += [{"example": name, "argv": [*common, "--steps", str(STEPS), "--kill-after-step", str(KILL),
+        common = ["--data", path, "--global-batch-size", str(G), "--steps", str(STEPS), "--hidden-size", "32", flag,
+                  str(base / name)]
+        runs += [{"example": name, "argv": [*common, "--save-steps", "1", "--kill-after-step", str(KILL),
                                             "--log-batches", logs[name][0]]},
-                 {"example": name, "argv": [*common, "--steps", str(STEPS), "--resume", "--log-batches", logs[name][1]]}]
+                 {"example": name, "argv": [*common, "--save-steps", "100", "--resume", "--log-batches", logs[name][1]]}]
     proc = subprocess.run([sys.executable, "-c", HARNESS, EXAMPLES, json.dumps(runs)], capture_output=True, text=True,
                           timeout=600, env=env())
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -110,7 +111,8 @@ def test_torchrun_two_ranks_read_disjoint_rows_that_make_the_single_process_glob
     log = str(tmp_path / "batches.jsonl")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            os.path.join(EXAMPLES, "train_sft.py"), "--data", path, "--global-batch-size", str(G), "--steps", "2",
-           "--micro-batch-size", "2", "--device", "cpu", "--ckpt", str(tmp_path / "ckpt.pt"), "--log-batches", log]
+           "--micro-batch-size", "2", "--device", "cpu", "--hidden-size", "32", "--ckpt", str(tmp_path / "ckpt.pt"),
+           "--log-batches", log]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = read_log(log)
