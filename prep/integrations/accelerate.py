@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prep.errors import PrepError
+from prep.integrations.ranks import check_rank
 from prep.reader import Loader, ReaderDataset
 
 __all__ = ["reader_loader"]
@@ -27,10 +27,7 @@ def reader_loader(accelerator: Any, dataset: ReaderDataset, *, num_workers: int 
     Raises:
         PrepError: the dataset was built for another rank or world size than the accelerator's.
     """
-    if (dataset.rank, dataset.world_size) != (accelerator.process_index, accelerator.num_processes):
-        raise PrepError(f"ReaderDataset is rank {dataset.rank} of {dataset.world_size}, the accelerator is process "
-                        f"{accelerator.process_index} of {accelerator.num_processes}: build the dataset after "
-                        "Accelerator() (or pass rank=accelerator.process_index, world_size=accelerator.num_processes)")
+    check_rank(dataset, accelerator.process_index, accelerator.num_processes, "Accelerate")
     loader = Loader(dataset, num_workers=num_workers, device=accelerator.device, **loader_kwargs)
     accelerator.register_for_checkpointing(loader)
     return loader

@@ -23,6 +23,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from prep.errors import PrepError
+from prep.integrations.ranks import check_rank
 from prep.reader import Loader, ReaderDataset
 
 __all__ = ["ReaderTrainerMixin", "ReaderStateCallback", "STATE_FILE"]
@@ -70,6 +71,7 @@ class ReaderTrainerMixin:
         dataset = self.train_dataset
         if not isinstance(dataset, ReaderDataset):
             raise PrepError(f"ReaderTrainerMixin needs train_dataset=ReaderDataset(...), got {type(dataset).__name__}")
+        check_rank(dataset, self.args.process_index, self.args.world_size, "Trainer")
         self.reader_loader = Loader(dataset, num_workers=self.args.dataloader_num_workers, epoch_per_iter=True)
         self.reader_callback = ReaderStateCallback(self.reader_loader)
         self.add_callback(self.reader_callback)
