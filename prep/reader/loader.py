@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader
 from prep.reader import state as st
 from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
-from prep.reader.shipping import WorkerShipments, in_step_order
 from prep.reader.device import DeviceFeed
+from prep.reader.shipping import WorkerShipments, in_step_order
 from prep.reader.spec import TEXT_KINDS
 from prep.reader.stats import StatsSnapshot, status_line
 
@@ -42,7 +42,7 @@ class Loader:
         num_workers: DataLoader worker processes (default 0: the reader's own threads overlap
             I/O and batching with training). Workers take every ``num_workers``-th step.
         device: move batches there, one batch ahead on a side CUDA stream (default: leave on host).
-        prefetch_factor: shipments (a few steps each, see :mod:`prep.reader.shipping`) each worker builds ahead (default 2).
+        prefetch_factor: shipments (a few steps each, :mod:`prep.reader.shipping`) each worker builds ahead (default 2).
         multiprocessing_context: for workers (default ``forkserver``: Lance is not fork-safe).
         epoch_per_iter: each ``iter()`` yields the rest of one epoch, so a trainer that counts epochs
             itself (HF Trainer, Lightning) numbers them as the reader does; ``len()`` is then the steps
