@@ -64,31 +64,3 @@ def test_bare_dataloader_with_two_workers_yields_steps_in_order_and_state_after_
     for (_, _, a, _), (_, _, b) in zip(got, reference):
         np.testing.assert_array_equal(a, b)
     assert [(s["epoch"], s["step"]) for *_, s in got[4:7]] == [(0, 5), (1, 0), (1, 1)]
-
-
-def test_loader_workers_reuse_a_shipment_buffer_only_after_its_batches_died(out48, monkeypatch):
-    """One buffer slot per worker: later shipments reuse it once free, and never overwrite batches still held."""
-    from prep.reader import loader as loader_module
-    from prep.reader import shipping
-
-    path, _, _ = out48
-    g = 48  # 24 steps: 4 shipments per worker (1, 2, 4, 5 steps)
-    reference = {(b.epoch, b.step): b for b in ReaderDataset(path, global_batch_size=g)}
-    monkeypatch.setattr(shipping, "SLOTS", 1)  # read where the main process creates the flags: one slot per worker
-    slots = []
-
-    def recording(shipments, *args):
-        return shipping.in_step_order((slots.append(s.slot) or s for s in shipments), *args)
-
-    monkeypatch.setattr(loader_module, "in_step_order", recording)
-    held, seen = [], []
-    for batch in Loader(ReaderDataset(path, global_batch_size=g), num_workers=2, prefetch_factor=1):
-        seen.append((batch.epoch, batch.step))
-        if batch.epoch == 1:  # hold these (their slots stay taken); epoch 0's die at once (slots freed, reused)
-            held.append(batch)
-    assert seen == list(reference)
-    assert slots.count(0) > 2, f"no shipment reused a freed slot: {slots}"
-    for batch in held:
-        want = reference[batch.epoch, batch.step]
-        assert all(torch.equal(batch[k], want[k]) for k in want), (batch.epoch, batch.step)
-        np.testing.assert_array_equal(batch.ids, want.ids)

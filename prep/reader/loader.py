@@ -90,10 +90,9 @@ class Loader:
         self.dataset.load_state_dict(self.state_dict())
         batches: Any = self.dataset
         if self.num_workers > 0:  # workers send shipments of steps in shared memory; back in step order here
-            shipped = WorkerShipments(self.dataset, self.num_workers)
-            shipments = DataLoader(shipped, batch_size=None, num_workers=self.num_workers,
+            shipments = DataLoader(WorkerShipments(self.dataset), batch_size=None, num_workers=self.num_workers,
                                    prefetch_factor=self._prefetch_factor, multiprocessing_context=self._mp_context())
-            batches = in_step_order(iter(shipments), schedule, self._position, shipped.released)
+            batches = in_step_order(iter(shipments), schedule, self._position)
         if self.device is not None:
             batches = DeviceFeed(batches, self.device)
         self._workers = {}
