@@ -16,9 +16,17 @@ counted unpadded. Each case runs in a fresh process, ``--runs`` times; the media
     prep     prep.reader on the materialized epoch (32 splits: G/32 rows from each split a step)
     planned  prep.reader on the prepared table with an on-the-fly random plan (32 splits)
     planned-w the same through prep.reader.Loader with one forkserver worker process
+    prep-w1  prep through prep.reader.Loader with 1 DataLoader worker process (what frameworks
+    prep-w2  default to: Trainer's dataloader_num_workers, Lightning's num_workers); 2 workers
 
     python benchmarks/reader.py                      # G = 32, 256, 1024; 3 runs each; then resume times
     python benchmarks/reader.py --runs 1 --batches 32
+    python benchmarks/reader.py --workers            # prep with 0, 1 and 2 worker processes (issue 12)
+
+Worker processes' CPU is sampled (psutil) while they live, the last time before the last
+batch is taken; ``--workers`` also prints each case after its first batch (start-up of the
+worker processes, which import torch, is in ``first s``); each line also gives the whole command, process start to exit (wall and
+CPU of the process and every descendant it waited for), beside the job alone.
 
 Benchmark-only dependency: ``datasets`` (the hf case is skipped without it).
 """
@@ -137,11 +145,12 @@ def batches(case: str, g: int, work: Path):
         return iter(DataLoader(hf, batch_size=g, shuffle=True, collate_fn=pad_rows, num_workers=0))
     from prep.reader import Loader, ReaderDataset
 
-    if case == "prep":
+    if case.startswith("prep"):
         ds = ReaderDataset(str(work / "epochs"), global_batch_size=g)
     else:
         ds = ReaderDataset(str(work / "table.lance"), global_batch_size=g, plan={"num_splits": SPLITS})
-    loader = Loader(ds, num_workers=1) if case == "planned-w" else DataLoader(ds, batch_size=None)
+    workers = {"planned-w": 1, "prep-w1": 1, "prep-w2": 2}.get(case, 0)
+    loader = Loader(ds, num_workers=workers) if workers else DataLoader(ds, batch_size=None)
     return ((b, b.num_tokens) for b in loader)
 
 
@@ -169,22 +178,35 @@ def _descendants_cpu() -> float:
     return total
 
 
+WORKER_CASES = ("planned-w", "prep-w1", "prep-w2")
+
+
 def run_case(case: str, g: int, work: Path) -> dict:
     _preimport(case)
+    steps = None
+    if case in WORKER_CASES:  # the last batch is known, so workers are sampled once more before they exit
+        from prep.reader import ReaderDataset
+
+        steps = len(ReaderDataset(str(work / ("epochs" if case.startswith("prep") else "table.lance")),
+                                  global_batch_size=g, **({} if case.startswith("prep") else {"plan": {"num_splits": SPLITS}})))
     started, cpu0 = time.perf_counter(), time.process_time()
     it = batches(case, g, work)
-    first, tokens, cpu_children = None, 0, 0.0
+    first, tokens, cpu_children, sampled, count = None, 0, 0.0, started, 0
     for tensors, n in it:
-        if first is None:
-            first = time.perf_counter() - started
+        now = time.perf_counter()
         tokens += n
-        cpu_children = max(cpu_children, _descendants_cpu()) if case == "planned-w" and tokens % 64 == 0 else cpu_children
-    if case == "planned-w":
-        cpu_children = max(cpu_children, _descendants_cpu())
-    wall = time.perf_counter() - started
-    cpu = time.process_time() - cpu0 + cpu_children
+        count += 1
+        if steps is not None and (now - sampled > 0.25 or count == steps or first is None):
+            cpu_children, sampled = max(cpu_children, _descendants_cpu()), now
+        if first is None:  # steady state starts after the first batch (worker start-up is in first_s)
+            first, steady = now - started, (now, time.process_time() + cpu_children, tokens)
+    end = time.perf_counter()
+    wall, cpu = end - started, time.process_time() - cpu0 + cpu_children
+    steady_tokens = tokens - steady[2]
+    steady_cpu = time.process_time() + cpu_children - steady[1]
     return {"tokens": tokens, "wall_s": wall, "tok_per_s": tokens / wall, "cpu_per_mtok": cpu / tokens * 1e6,
-            "first_s": first}
+            "first_s": first, "steady_tok_per_s": steady_tokens / (end - steady[0]),
+            "steady_cpu_per_mtok": steady_cpu / steady_tokens * 1e6}
 
 
 def run_seek(work: Path) -> dict:
@@ -207,15 +229,20 @@ def run_seek(work: Path) -> dict:
 # ----------------------------------------------------------------------------- driver
 def measure(case: str, g: int, work: Path, runs: int) -> dict | None:
     """Median of ``runs`` fresh processes (per metric)."""
+    import resource
+
     results = []
     for _ in range(runs):
         cmd = [sys.executable, __file__, "--work", str(work), "--_case", f"{case}:{g}"]
+        before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
+        after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - started
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
             print(f"{case} G={g} FAILED: {proc.stderr.strip().splitlines()[-3:]}", flush=True)
             return None
-        results.append(json.loads(line[7:]))
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        results.append({**json.loads(line[7:]), "command_wall_s": wall, "command_cpu_s": cpu})
     return {k: statistics.median(r[k] for r in results) for k in results[0]}
 
 
@@ -224,7 +251,9 @@ LABELS = {"floor": "pre-shuffled table, sequential to_batches + vectorized pad (
           "hf": "HF datasets + DataLoader(shuffle=True)",
           "prep": "prep.reader, materialized epoch, 32 splits",
           "planned": "prep.reader, prepared table, on-the-fly random plan (32 splits)",
-          "planned-w": "  the same through Loader, 1 forkserver worker process"}
+          "planned-w": "  the same through Loader, 1 forkserver worker process",
+          "prep-w1": "  prep.reader materialized through Loader, 1 worker process",
+          "prep-w2": "  prep.reader materialized through Loader, 2 worker processes"}
 
 
 def main() -> None:
@@ -232,6 +261,7 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/prep-bench-reader9", help="where the inputs are built (cached)")
     p.add_argument("--runs", type=int, default=3, help="fresh processes per case; the median is kept (default 3)")
     p.add_argument("--batches", default="32,256,1024", help="global batch sizes (default 32,256,1024)")
+    p.add_argument("--workers", action="store_true", help="only prep with 0, 1 and 2 worker processes (issue 12)")
     p.add_argument("--_case", help=argparse.SUPPRESS)
     args = p.parse_args()
     work = Path(args.work)
@@ -243,9 +273,10 @@ def main() -> None:
     print(f"{info['rows']:,} rows, {info['tokens']:,} tokens; {os.cpu_count()} CPUs; median of {args.runs} fresh "
           f"processes per case", flush=True)
     has_hf = _importable("datasets")
-    print(f"{'G':>5} {'case':<70} {'M tok/s':>8} {'CPU-s/Mtok':>10} {'first s':>8}  ratios", flush=True)
+    print(f"{'G':>5} {'case':<70} {'M tok/s':>8} {'CPU-s/Mtok':>10} {'first s':>8}  ratios | whole command", flush=True)
     for g in [int(x) for x in args.batches.split(",")]:
         cases = ["floor", "lance"] + (["hf"] if has_hf else []) + ["prep", "planned"] + (["planned-w"] if g == 32 else [])
+        cases = ["prep", "prep-w1", "prep-w2"] if args.workers else cases
         res = {}
         for case in cases:
             r = measure(case, g, work, args.runs)
@@ -253,7 +284,15 @@ def main() -> None:
                 continue
             res[case] = r
             print(f"{g:>5} {LABELS[case]:<70} {r['tok_per_s'] / 1e6:8.1f} {r['cpu_per_mtok']:10.3f} "
-                  f"{r['first_s']:8.3f}  {_ratios(case, r, res)}", flush=True)
+                  f"{r['first_s']:8.3f}  {_ratios(case, r, res)} | {r['command_wall_s']:.2f} s wall, "
+                  f"{r['command_cpu_s']:.2f} CPU-s", flush=True)
+            if args.workers:  # after the first batch: what a long run sees once the workers are up
+                base = res["prep"]
+                print(f"{'':>5} {'  after the first batch':<70} {r['steady_tok_per_s'] / 1e6:8.1f} "
+                      f"{r['steady_cpu_per_mtok']:10.3f} {'':>8}  {r['steady_tok_per_s'] / base['steady_tok_per_s']:.2f}x "
+                      f"prep tok/s, {r['steady_cpu_per_mtok'] / base['steady_cpu_per_mtok']:.2f}x CPU", flush=True)
+    if args.workers:
+        return
     seek = measure("seek", 32, work, args.runs)
     if seek:
         print("resume (open + load_state_dict + first batch), materialized epoch, G=32: "
@@ -265,7 +304,8 @@ def main() -> None:
 def _ratios(case: str, r: dict, res: dict) -> str:
     """tokens/s and CPU per token against the baselines the goals name."""
     out = []
-    for base in ("floor", "lance", "hf"):
+    bases = ("prep",) if case in ("prep-w1", "prep-w2") else ("floor", "lance", "hf")
+    for base in bases:
         if base in res and base != case and case not in ("floor",):
             b = res[base]
             out.append(f"{r['tok_per_s'] / b['tok_per_s']:.2f}x {base} tok/s, {r['cpu_per_mtok'] / b['cpu_per_mtok']:.2f}x CPU")

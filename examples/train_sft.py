@@ -22,8 +22,10 @@ written by rank 0 (every rank is at the same global step).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import signal
 import time
 
 import torch
@@ -34,14 +36,34 @@ from prep.world import rank_and_world_size
 log = logging.getLogger("train_sft")
 
 
-def build_model(vocab_size: int, seed: int) -> torch.nn.Module:
+def build_model(vocab_size: int, seed: int, hidden_size: int = 128) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=344, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=hidden_size * 8 // 3,
+                         num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                          tie_word_embeddings=True)
     return LlamaForCausalLM(config)
+
+
+def vocab_size(dataset: ReaderDataset) -> int:
+    """The table's tokenizer vocabulary (the model's output layer covers every id)."""
+    return (dataset.layout.metadata.get("tokenizer") or {}).get("vocab_size") or 32768
+
+
+def record_batch(path: str | None, batch, rank: int = 0, trainer_epoch: int | None = None) -> None:
+    """Appends the trained batch's origin to ``path`` (JSON lines): what the resume tests compare."""
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"rank": rank, "epoch": batch.epoch, "step": batch.step, "ids": batch.ids.tolist(),
+                                "trainer_epoch": trainer_epoch}) + "\n")
+
+
+def kill_if(step: int, kill_after_step: int | None) -> None:
+    """SIGKILL this process after ``kill_after_step`` (a crash, for the kill-and-resume tests: no cleanup runs)."""
+    if step == kill_after_step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def save(path: str, **state) -> None:
@@ -65,6 +87,9 @@ def main() -> None:
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default 0)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hidden-size", type=int, default=128, help="model width (default 128; the tests use 32)")
+    p.add_argument("--log-batches", help="append each trained batch's epoch, step and row ids here (JSON lines)")
+    p.add_argument("--kill-after-step", type=int, help="SIGKILL the process after this step (resume tests)")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
@@ -80,8 +105,7 @@ def main() -> None:
     dataset = ReaderDataset(args.data, global_batch_size=args.global_batch_size, rank=rank, world_size=world,
                             pin_memory=device.type == "cuda")
     loader = Loader(dataset, num_workers=args.num_workers, device=device)
-    vocab = (dataset.layout.metadata.get("tokenizer") or {}).get("vocab_size") or 32768
-    model = build_model(vocab, args.seed).to(device)
+    model = build_model(vocab_size(dataset), args.seed, args.hidden_size).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     step = 0
     if args.resume:
@@ -96,6 +120,7 @@ def main() -> None:
     started = time.perf_counter()
     for batch in loader if step < args.steps else ():
         # the loss is the mean over the batch's trained tokens (labels are shifted inside the model)
+        record_batch(args.log_batches, batch, rank)
         targets = (batch["labels"][:, 1:] != -100).sum()
         loss = 0.0
         for start in range(0, batch.num_rows, args.micro_batch_size):
@@ -113,6 +138,7 @@ def main() -> None:
             # the reader state says what was consumed: batch `step` included, so resume starts after it
             save(args.ckpt, model=model.state_dict(), optimizer=optimizer.state_dict(), reader=loader.state_dict(),
                  step=step)
+        kill_if(step, args.kill_after_step)
         if step >= args.steps:
             break
     if rank == 0:

@@ -132,6 +132,8 @@ def cached_output(kind: str = "sft48") -> tuple[str, Manifest]:
             manifest = sft_output(out, num_rows=600, num_splits=48, epochs=2)
         elif kind == "sft4":  # 4 splits of 10 rows, 1 epoch
             manifest = sft_output(out, num_rows=40, num_splits=4, epochs=1)
+        elif kind == "sft4x2":  # 4 splits of 3 rows, 2 epochs: G=4 -> 3 steps an epoch (the trainer examples)
+            manifest = sft_output(out, num_rows=12, num_splits=4, epochs=2)
         elif kind == "sft4-seed1":  # the same rows under another plan
             manifest = sft_output(out, num_rows=40, num_splits=4, epochs=1, seed=1)
         else:

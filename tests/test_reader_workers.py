@@ -47,7 +47,7 @@ def test_resume_with_worker_processes_matches_uninterrupted_run(out48, num_worke
         for (_, _, a), (_, _, b) in zip(first + rest, reference):
             np.testing.assert_array_equal(a, b)
         if rest:
-            assert again.status_line().startswith("epoch 2/2 step 6 | ")
+            assert again.status_line().startswith("epoch 1 of 2 step 6 | ")
 
 
 def test_bare_dataloader_with_two_workers_yields_steps_in_order_and_state_after_a_batch(out48):

@@ -1,61 +1,83 @@
 """The batch type: a dict of tensors that also says where it came from.
 
-``model(**batch)`` sees only the tensors; the attributes (``epoch``, ``step``,
-``ids``, ...) travel with the batch through DataLoader worker processes, pinning
-and device copies, so the consumer knows exactly which step it has consumed.
+``model(**batch)`` sees only the tensors. The origin (``epoch``, ``step``, ``ids``,
+``state``, ...) lives on the batch's *type*: every batch is an instance of its own
+small subclass of :class:`Batch`. Frameworks rebuild dicts as ``type(batch)({k: f(v)})``
+(Accelerate's ``send_to_device``, HF Trainer's ``_prepare_inputs``, Lightning's
+``apply_to_collection``), which keeps the type and so the origin: whatever a framework
+did to the batch, ``batch.state`` still says where to resume after it.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["Batch"]
+__all__ = ["Batch", "ORIGIN_FIELDS"]
+
+ORIGIN_FIELDS = ("epoch", "step", "ids", "num_tokens", "state", "stats", "worker", "source_rows", "source_tokens")
 
 
 class Batch(dict):
     """Tensors of one local batch, keyed by name, plus where they came from.
 
     Attributes:
-        epoch: the epoch of this batch.
-        step: the global step within the epoch.
+        epoch: the epoch of this batch (0-based, as in the manifest and the reader state).
+        step: the global step within the epoch (0-based).
         ids: the rows' ``id`` values (uint64 NumPy array, in batch order).
         num_tokens: real (non-padding) tokens in the batch; 0 for images.
+        state: the reader state that resumes right after this batch (set by the reader).
         stats: a snapshot of the producing pipeline's counters (see :mod:`prep.reader.stats`).
         worker: the DataLoader worker that built it (0 without workers).
         source_rows: in a mixture, rows of each source in the batch (int64 array), else None.
         source_tokens: in a mixture, real tokens of each source in the batch, else None.
+
+    Example:
+        >>> b = Batch.make({"x": torch.zeros(2)}, epoch=0, step=3, ids=np.zeros(2, np.uint64), num_tokens=0)
+        >>> rebuilt = type(b)({k: v + 1 for k, v in b.items()})   # what frameworks do
+        >>> rebuilt.step, isinstance(rebuilt, Batch), dict(rebuilt)
+        (3, True, {'x': tensor([1., 1.])})
     """
 
     epoch: int
     step: int
     ids: np.ndarray
     num_tokens: int
-    stats: dict[str, Any] | None
+    state: dict[str, Any] | None
+    stats: Any
     worker: int
     source_rows: np.ndarray | None
     source_tokens: np.ndarray | None
 
-    @classmethod
-    def make(cls, tensors: dict[str, torch.Tensor], *, epoch: int, step: int, ids: np.ndarray, num_tokens: int,
+    @staticmethod
+    def make(tensors: dict[str, torch.Tensor], *, epoch: int, step: int, ids: np.ndarray, num_tokens: int,
+             state: dict[str, Any] | None = None, stats: Any = None, worker: int = 0,
              source_rows: np.ndarray | None = None, source_tokens: np.ndarray | None = None) -> "Batch":
-        batch = cls(tensors)
-        batch.epoch, batch.step, batch.ids, batch.num_tokens = epoch, step, ids, num_tokens
-        batch.source_rows, batch.source_tokens = source_rows, source_tokens
-        batch.stats, batch.worker = None, 0
-        return batch
+        """A batch of its own type, which holds the origin (see the module docstring)."""
+        origin = {"epoch": epoch, "step": step, "ids": ids, "num_tokens": num_tokens, "state": state, "stats": stats,
+                  "worker": worker, "source_rows": source_rows, "source_tokens": source_tokens}
+        return type("Batch", (Batch,), {**origin, "__module__": __name__, "__qualname__": "Batch"})(tensors)
+
+    def set_origin(self, **fields: Any) -> None:
+        """Updates origin fields (``state``, ``stats``, ``worker``) for this batch and every rebuild of it."""
+        unknown = set(fields) - set(ORIGIN_FIELDS)
+        if unknown or type(self) is Batch:
+            raise TypeError(f"set_origin: unknown fields {sorted(unknown)} or a batch not made by Batch.make")
+        for name, value in fields.items():
+            setattr(type(self), name, value)
 
     @property
     def num_rows(self) -> int:
         return len(self.ids)
 
+    def __reduce__(self) -> tuple:
+        # a per-batch type does not pickle by name: DataLoader workers ship the tensors and the origin
+        return _restore, (dict(self), {name: getattr(self, name) for name in ORIGIN_FIELDS})
+
     def _with(self, tensors: dict[str, torch.Tensor]) -> "Batch":
-        clone = copy.copy(self)
-        clone.update(tensors)
-        return clone
+        return type(self)({**self, **tensors})
 
     def pin_memory(self, device: Any = None) -> "Batch":
         """A copy whose tensors are in pinned host memory (DataLoader's pin thread calls this)."""
@@ -89,3 +111,7 @@ class Batch(dict):
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}: {tuple(v.shape)} {str(v.dtype).replace('torch.', '')}" for k, v in self.items())
         return f"Batch(epoch={self.epoch}, step={self.step}, rows={self.num_rows}, {shapes})"
+
+
+def _restore(tensors: dict[str, torch.Tensor], origin: dict[str, Any]) -> Batch:
+    return Batch.make(tensors, **origin)

@@ -4,7 +4,10 @@ Each ``iter()`` runs a :class:`~prep.reader.pipeline.Pipeline` of stages on boun
 queues: an I/O thread, a batch-building thread, an optional transform pool.
 
 Use it with ``DataLoader(ds, batch_size=None, num_workers=0)`` (recommended: the
-threads already overlap I/O, batching and training), or through :class:`prep.reader.Loader`.
+threads already overlap I/O, batching and training), through :class:`prep.reader.Loader`,
+or with torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=N)``: in a
+DataLoader worker ``state_dict``/``load_state_dict`` describe that worker's own next step,
+which is what ``StatefulDataLoader`` snapshots per worker and hands back on resume.
 Safe to fork before or after iterating: threads and Lance datasets belong to the
 process that iterates (see :mod:`prep.reader.forksafe`).
 """
@@ -114,6 +117,7 @@ class ReaderDataset(IterableDataset):
         self._raw_chunks, self._prefetch_batches, self._batch_threads = raw_chunks, prefetch_batches, batch_threads
         self._position = self.schedule.position(0)
         self._pending: tuple[int, int] | None = None
+        self._own: int | None = None  # in a DataLoader worker: the next step this worker builds
         self._pipeline: Pipeline | None = None
         self._pid = os.getpid()  # the process _pipeline belongs to
         self._prev = StatsSnapshot()
@@ -124,6 +128,16 @@ class ReaderDataset(IterableDataset):
             self._cache = (os.path.abspath(cache_dir), cache_max_bytes, manifest, s3)
         self._fetch_threads = fetch_threads
 
+    # --- length ------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Batches one pass over the epochs being read yields on this rank (every rank takes every step)."""
+        return self.schedule.total
+
+    @property
+    def steps_per_epoch(self) -> dict[int, int]:
+        """``{epoch: steps}`` for this rank: LR schedules and progress bars (see ``docs/trainers/``)."""
+        return dict(zip(self.schedule.epochs, self.schedule.steps))
+
     # --- state -------------------------------------------------------------------------------------
     @property
     def position(self) -> tuple[int, int]:
@@ -131,16 +145,32 @@ class ReaderDataset(IterableDataset):
         return self._pending or self._position
 
     def state_dict(self) -> dict[str, Any]:
-        """What the consumer has taken so far: loading it resumes at the next step."""
-        return st.make(self, *self.position)
+        """What the consumer has taken so far: loading it resumes at the next step.
+
+        In a DataLoader worker: the next step *this worker* builds (what torchdata's
+        ``StatefulDataLoader`` keeps per worker).
+        """
+        info = get_worker_info()
+        if info is None:
+            return st.make(self, *self.position)
+        own = self._own if self._own is not None else min(self.schedule.index(*self._start()) + info.id,
+                                                          self.schedule.total)
+        return st.make(self, *self.schedule.position(own))
 
     def state_after(self, batch: Batch) -> dict[str, Any]:
-        """The state that resumes right after ``batch`` (for a bare DataLoader with worker processes)."""
+        """The state that resumes right after ``batch`` (the same as ``batch.state``)."""
         return st.make(self, *self.schedule.position(self.schedule.index(batch.epoch, batch.step) + 1))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at ``state`` on the next ``iter()``. Strict: another plan, table or batch size is an error."""
-        self._pending = st.check(self, state)
+        """Resume at ``state`` on the next ``iter()``. Strict: another plan, table or batch size is an error.
+
+        In a DataLoader worker, ``state`` is that worker's own next step (see :meth:`state_dict`).
+        """
+        position = st.check(self, state)
+        info = get_worker_info()
+        if info is not None:  # worker k starts at `start + k`: step back so its first step is `position`
+            position = self.schedule.position(max(0, self.schedule.index(*position) - info.id))
+        self._pending, self._own = position, None
 
     @property
     def dropped_rows(self) -> int:
@@ -151,13 +181,23 @@ class ReaderDataset(IterableDataset):
 
     # --- iteration ---------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
+        return self.batches()
+
+    def batches(self, *, share: bool = True) -> Iterator[Batch]:
+        """This process's batches from where the last pass stopped (or a loaded state).
+
+        In a DataLoader worker each batch is copied into one shared-memory storage to ship,
+        unless ``share=False`` (the caller ships them itself, see :mod:`prep.reader.shipping`).
+        """
         if self._pid != os.getpid():  # forked: the parent's pipeline (threads, Lance handles) is not ours to touch
             forksafe.keep(self._pipeline)
             self._pipeline, self._pid = None, os.getpid()
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        start = self._pending or (self._position if self._position != self.schedule.end else self.schedule.position(0))
+        start = self._start()
         self._pending, self._position = None, start
+        total = self.schedule.total
+        self._own = min(self.schedule.index(*start) + worker, total) if info is not None else None
         pipe = self._pipeline = Pipeline(
             layout=self.layout, schedule=self.schedule, splits=self.splits, spec=self.spec, start=start, worker=worker,
             num_workers=num_workers, max_steps=self._max_steps, raw_chunks=self._raw_chunks,
@@ -171,13 +211,20 @@ class ReaderDataset(IterableDataset):
                     batch = pipe.next()
                 except StopIteration:
                     return
-                self._position = self.schedule.position(self.schedule.index(batch.epoch, batch.step) + 1)
+                index = self.schedule.index(batch.epoch, batch.step)
+                self._position = self.schedule.position(index + 1)
+                batch.set_origin(state=st.make(self, *self._position))
                 if info is not None:  # in a DataLoader worker: one storage to ship, counters the parent can't see
-                    batch = batch.shared()
-                    batch.worker, batch.stats = worker, pipe.snapshot()
+                    self._own = min(index + num_workers, total)
+                    batch = batch.shared() if share else batch
+                    batch.set_origin(worker=worker, stats=pipe.snapshot())
                 yield batch
         finally:
             pipe.shutdown()
+
+    def _start(self) -> tuple[int, int]:
+        """Where the next ``iter()`` starts: a loaded state, else where the last one stopped (0 after the end)."""
+        return self._pending or (self._position if self._position != self.schedule.end else self.schedule.position(0))
 
     def _fetch_stage(self, epoch: int) -> FetchStage | None:
         """This process's fetch stage, from ``epoch`` on (None without a cache)."""
@@ -194,7 +241,7 @@ class ReaderDataset(IterableDataset):
         return StatsSnapshot() if self._pipeline is None else self._pipeline.snapshot()
 
     def status_line(self, consumer: str = "consumer") -> str:
-        """``epoch 1/3 step 100 | 11,101 tok/s | 134.4 rows/s | 0/0/48704/3264 | consumer-bound``.
+        """``epoch 0 of 3 step 100 | 11,101 tok/s | 134.4 rows/s | 0/0/48704/3264 | consumer-bound``.
 
         Rates and the verdict cover the time since the previous call.
         """

@@ -20,10 +20,18 @@ from prep.reader import state as st
 from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
+from prep.reader.shipping import WorkerShipments, in_step_order
 from prep.reader.spec import TEXT_KINDS
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
 
-__all__ = ["Loader"]
+__all__ = ["Loader", "worker_context"]
+
+
+def worker_context() -> Any:
+    """``forkserver`` (Lance is not fork-safe) with torch and prep.reader preloaded: workers start in ~0.1 s."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "prep.reader"])
+    return ctx
 
 
 class Loader:
@@ -34,8 +42,11 @@ class Loader:
         num_workers: DataLoader worker processes (default 0: the reader's own threads overlap
             I/O and batching with training). Workers take every ``num_workers``-th step.
         device: move batches there, one batch ahead on a side CUDA stream (default: leave on host).
-        prefetch_factor: batches each worker builds ahead (default 2).
+        prefetch_factor: shipments (a few steps each, :mod:`prep.reader.shipping`) each worker builds ahead (default 2).
         multiprocessing_context: for workers (default ``forkserver``: Lance is not fork-safe).
+        epoch_per_iter: each ``iter()`` yields the rest of one epoch, so a trainer that counts epochs
+            itself (HF Trainer, Lightning) numbers them as the reader does; ``len()`` is then the steps
+            of an epoch (the longest, when epochs differ by a step) instead of all epochs'.
 
     Example:
         >>> loader = Loader(ReaderDataset("out/", global_batch_size=96), device="cuda")  # doctest: +SKIP
@@ -47,14 +58,20 @@ class Loader:
     """
 
     def __init__(self, dataset: ReaderDataset, *, num_workers: int = 0, device: torch.device | str | None = None,
-                 prefetch_factor: int = 2, multiprocessing_context: Any = None) -> None:
+                 prefetch_factor: int = 2, multiprocessing_context: Any = None, epoch_per_iter: bool = False) -> None:
         self.dataset, self.num_workers, self.device = dataset, num_workers, device
+        self.epoch_per_iter = epoch_per_iter
         self._prefetch_factor = prefetch_factor
         self._context = multiprocessing_context
         self._position, self._loaded = dataset.position, dataset._pending is not None
         self._workers: dict[int, StatsSnapshot] = {}
         self._mine = {"started": time.perf_counter(), "wait": 0.0, "first": None, "rows": 0, "tokens": 0, "batches": 0}
         self._prev = StatsSnapshot()
+
+    def __len__(self) -> int:
+        """Batches one ``iter()`` yields from the start of an epoch (or of all epochs) on this rank."""
+        steps = self.dataset.schedule.steps
+        return max(steps) if self.epoch_per_iter else sum(steps)
 
     def state_dict(self) -> dict[str, Any]:
         """What this loader has yielded: loading it resumes at the next step."""
@@ -69,11 +86,13 @@ class Loader:
         if not self._loaded and self._position == schedule.end:
             self._position = schedule.position(0)
         self._loaded = False
+        epoch = self._position[0]
         self.dataset.load_state_dict(self.state_dict())
         batches: Any = self.dataset
-        if self.num_workers > 0:
-            batches = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers,
-                                 prefetch_factor=self._prefetch_factor, multiprocessing_context=self._mp_context())
+        if self.num_workers > 0:  # workers send shipments of steps in shared memory; back in step order here
+            shipments = DataLoader(WorkerShipments(self.dataset), batch_size=None, num_workers=self.num_workers,
+                                   prefetch_factor=self._prefetch_factor, multiprocessing_context=self._mp_context())
+            batches = in_step_order(iter(shipments), schedule, self._position)
         if self.device is not None:
             batches = DeviceFeed(batches, self.device)
         self._workers = {}
@@ -97,6 +116,8 @@ class Loader:
                 self._workers[batch.worker] = batch.stats
             self._position = schedule.position(schedule.index(batch.epoch, batch.step) + 1)
             yield batch
+            if self.epoch_per_iter and self._position[0] != epoch:
+                return
 
     def stats(self) -> StatsSnapshot:
         """Counters as the consumer sees them (workers' counters summed when there are workers)."""
@@ -110,7 +131,7 @@ class Loader:
                             consumed_tokens=mine["tokens"], consumed_batches=mine["batches"])
 
     def status_line(self) -> str:
-        """``epoch 1/3 step 100 | 11,101 tok/s | 134.4 rows/s | 0/0/48704/3264 | gpu-bound`` (since the last call)."""
+        """``epoch 0 of 3 step 100 | 11,101 tok/s | 134.4 rows/s | 0/0/48704/3264 | gpu-bound`` (since the last call)."""
         cur = self.stats()
         prev, self._prev = self._prev, cur
         epoch, step = self.dataset.schedule.consumed(self._position)
@@ -120,8 +141,4 @@ class Loader:
         return f"{line} | {source_shares(cur)}" if cur.source_rows else line
 
     def _mp_context(self) -> Any:
-        if self._context is not None:
-            return self._context
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "prep.reader"])  # workers start in ~0.1 s instead of importing torch
-        return ctx
+        return self._context if self._context is not None else worker_context()

@@ -191,18 +191,21 @@ def status_line(prev: StatsSnapshot, cur: StatsSnapshot, *, epoch: int, num_epoc
                 tokens: bool = True, consumer: str = "consumer") -> str:
     """One line: position, rates over the interval, queue depths, verdict.
 
+    Epochs are numbered from 0 as in the manifest, the reader state, ``prep read``, HF
+    Trainer's ``state.epoch`` and Lightning's ``current_epoch``: ``epoch 0 of 3`` is the first.
+
     Example:
         >>> a = StatsSnapshot(wall_s=1.0)
         >>> b = StatsSnapshot(wall_s=2.0, consumed_rows=134, consumed_tokens=11101, prefetched_rows=48704)
         >>> status_line(a, b, epoch=0, num_epochs=3, step=100, consumer="gpu")
-        'epoch 1/3 step 100 | 11,101 tok/s | 134.0 rows/s | 0/0/48704/134 | gpu-bound'
+        'epoch 0 of 3 step 100 | 11,101 tok/s | 134.0 rows/s | 0/0/48704/134 | gpu-bound'
     """
     wall = max(cur.wall_s - prev.wall_s, 1e-9)
     rates = f"{(cur.consumed_rows - prev.consumed_rows) / wall:,.1f} rows/s"
     if tokens:
         rates = f"{(cur.consumed_tokens - prev.consumed_tokens) / wall:,.0f} tok/s | {rates}"
     cache = f" | {cur.cache}" if cur.cache else ""
-    return (f"epoch {epoch + 1}/{num_epochs} step {step} | {rates} | {cur.depths} | "
+    return (f"epoch {epoch} of {num_epochs} step {step} | {rates} | {cur.depths} | "
             f"{verdict(prev, cur, consumer=consumer)}{cache}")
 
 

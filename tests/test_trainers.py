@@ -1,0 +1,140 @@
+"""prep.reader under the frameworks' own machinery (issue 12): batch rebuilding, len(), prefetch
+ahead of the trained batch, HF Trainer's default loader, Accelerate's re-sharding, StatefulDataLoader."""
+
+from __future__ import annotations
+
+import collections
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import reader_fixtures as rf
+from prep.reader import Batch, Loader, ReaderDataset
+
+pytestmark = pytest.mark.skipif(not rf.GSM8K.exists(), reason=f"real data not found at {rf.SHARED_DATA}")
+G = 4  # sft4x2: 4 splits x 3 rows, 2 epochs -> 3 steps an epoch
+
+
+@pytest.fixture(scope="module")
+def out():
+    path, _ = rf.cached_output("sft4x2")
+    reference = [(b.epoch, b.step, b.ids.copy()) for b in ReaderDataset(path, global_batch_size=G)]
+    assert [(e, t) for e, t, _ in reference] == [(e, t) for e in (0, 1) for t in range(3)]
+    return path, reference
+
+
+def assert_sequence(got, want, what=""):
+    assert [(e, t) for e, t, _ in got] == [(e, t) for e, t, _ in want], what
+    for (_, _, a), (_, _, b) in zip(got, want):
+        np.testing.assert_array_equal(a, b, err_msg=what)
+
+
+def test_rebuilt_batches_keep_epoch_step_and_state(out):
+    """Accelerate's send_to_device, HF's _prepare_inputs and Lightning's apply_to_collection all do this."""
+    path, reference = out
+    batch = next(iter(ReaderDataset(path, global_batch_size=G)))
+    rebuilt = type(batch)({k: v.clone() for k, v in batch.items()})
+    assert (rebuilt.epoch, rebuilt.step, rebuilt.state["step"]) == (0, 0, 1)
+    np.testing.assert_array_equal(rebuilt.ids, reference[0][2])
+    shipped = pickle.loads(pickle.dumps(rebuilt))  # DataLoader workers pickle batches
+    assert isinstance(shipped, Batch) and (shipped.step, shipped.state) == (0, batch.state)
+    assert all(torch.equal(shipped[k], batch[k]) for k in batch) and type(dict(batch)) is dict
+
+
+def test_len_is_the_steps_one_iteration_yields(out):
+    path, reference = out
+    ds = ReaderDataset(path, global_batch_size=G, rank=1, world_size=2)
+    assert len(ds) == len(list(ds)) == 6 and ds.steps_per_epoch == {0: 3, 1: 3}
+    loader = Loader(ReaderDataset(path, global_batch_size=G), epoch_per_iter=True)
+    assert len(loader) == 3 and len(Loader(ds)) == 6
+    epochs = [[(b.epoch, b.step, b.ids.copy()) for b in loader] for _ in range(2)]
+    assert_sequence(epochs[0] + epochs[1], reference)  # one reader epoch per iter(): the trainer's epoch 0 is ours
+
+
+def prefetched(batches, ahead):
+    """What Lightning's fetcher and Accelerate's DataLoaderShard do: hold `ahead` batches beyond the one handed out."""
+    queue, it = collections.deque(), iter(batches)
+    for batch in it:
+        queue.append(batch)
+        if len(queue) > ahead:
+            yield queue.popleft()
+    yield from queue
+
+
+@pytest.mark.parametrize("ahead", [1, 2, 4])
+def test_state_of_the_trained_batch_resumes_exactly_whatever_was_prefetched(out, ahead):
+    path, reference = out
+    stop = 2
+    loader = Loader(ReaderDataset(path, global_batch_size=G))
+    trained = []
+    for batch in prefetched(loader, ahead):
+        batch = type(batch)({k: v.clone() for k, v in batch.items()})  # the framework's device copy
+        trained.append((batch.epoch, batch.step, batch.ids.copy()))
+        if len(trained) == stop:
+            break
+    ahead_of_training = loader.dataset.schedule.position(stop + ahead)  # the loader's own state: never trained on
+    assert (loader.state_dict()["epoch"], loader.state_dict()["step"]) == ahead_of_training
+    again = Loader(ReaderDataset(path, global_batch_size=G))
+    again.load_state_dict(batch.state)
+    assert_sequence(trained + [(b.epoch, b.step, b.ids.copy()) for b in again], reference, f"ahead={ahead}")
+
+
+def test_hf_trainer_default_loader_fails_and_the_mixin_feeds_reader_batches(out, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    from prep.integrations.hf import ReaderTrainerMixin
+
+    path, reference = out
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, report_to=[], use_cpu=True)
+    plain = Trainer(model=model, args=args, train_dataset=ReaderDataset(path, global_batch_size=G))
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        next(iter(plain.get_train_dataloader()))  # Trainer's DataLoader stacks whole batches into a batch of batches
+
+    class ReaderTrainer(ReaderTrainerMixin, Trainer):
+        pass
+
+    trainer = ReaderTrainer(model=model, args=args, train_dataset=ReaderDataset(path, global_batch_size=G))
+    loader = trainer.get_train_dataloader()
+    assert len(loader) == 3
+    assert_sequence([(b.epoch, b.step, b.ids.copy()) for b in loader], reference[:3])
+
+
+def test_accelerate_prepare_reshards_a_reader_dataloader_but_passes_the_reader_loader_through(out):
+    from accelerate import Accelerator
+    from accelerate.data_loader import prepare_data_loader
+
+    from prep.integrations.accelerate import reader_loader
+
+    path, _ = out
+    resharded = prepare_data_loader(DataLoader(ReaderDataset(path, global_batch_size=G, rank=0, world_size=2),
+                                               batch_size=None), num_processes=2, process_index=0, put_on_device=False)
+    assert type(resharded.dataset).__name__ == "IterableDatasetShard"  # a per-rank reader sharded a second time
+    with pytest.raises(TypeError):
+        next(iter(resharded))
+    accelerator = Accelerator(cpu=True)
+    loader = reader_loader(accelerator, ReaderDataset(path, global_batch_size=G))
+    assert accelerator.prepare(loader) is loader  # not a DataLoader: no re-sharding, no dispatching
+    assert accelerator._custom_objects == [loader]
+
+
+@pytest.mark.parametrize("num_workers,stop", [(0, 2), (2, 4)])
+def test_stateful_dataloader_state_dict_resumes_exactly(out, num_workers, stop):
+    from prep.integrations.torchdata import stateful_loader
+
+    path, reference = out
+    loader = stateful_loader(ReaderDataset(path, global_batch_size=G), num_workers=num_workers)
+    first = []
+    for batch in loader:
+        first.append((batch.epoch, batch.step, batch.ids.copy()))
+        if len(first) == stop:
+            break
+    state = loader.state_dict()
+    del loader
+    again = stateful_loader(ReaderDataset(path, global_batch_size=G), num_workers=num_workers)
+    again.load_state_dict(state)
+    assert_sequence(first + [(b.epoch, b.step, b.ids.copy()) for b in again], reference, f"{num_workers} workers")
