@@ -153,13 +153,20 @@ def diagnose(prev: StatsSnapshot, cur: StatsSnapshot, *, remote: bool = False, c
     Args:
         prev: counters at the start of the interval (``StatsSnapshot()``: since iteration started).
         cur: counters at its end.
-        remote: the splits are read from object storage (``s3://``), not a local disk.
+        remote: the splits are read from object storage (``s3://``), not a local disk. Over an
+            interval where every split opened came from the reader cache (hits, no misses), the
+            reads were local whatever the path says.
         consumer: what consumes the batches, for the label (``gpu``: ``gpu-bound``).
 
     Example:
         >>> v = diagnose(StatsSnapshot(), StatsSnapshot(wall_s=10, wait_s=6, fetch_s=1, collate_s=2, transform_s=7))
         >>> v.stage, v.label, v.wait_fraction
         ('transform', 'cpu-bound', 0.6)
+        >>> slow_io = dict(wall_s=10, wait_s=6, fetch_s=9)
+        >>> diagnose(StatsSnapshot(), StatsSnapshot(**slow_io, cache_misses=1), remote=True).stage
+        'remote-io'
+        >>> diagnose(StatsSnapshot(), StatsSnapshot(**slow_io, cache_hits=4), remote=True).stage
+        'local-io'
     """
     wall = max(cur.wall_s - prev.wall_s, 1e-9)
     waited = (cur.wait_s - prev.wait_s) / wall
@@ -169,7 +176,8 @@ def diagnose(prev: StatsSnapshot, cur: StatsSnapshot, *, remote: bool = False, c
     if waited < WAIT_FRACTION_BOUND:
         stage, label = "consumer", f"{consumer}-bound"
     elif io >= collate + transform:
-        stage, label = ("remote-io" if remote else "local-io"), "io-bound"
+        from_cache = cur.cache_hits > prev.cache_hits and cur.cache_misses == prev.cache_misses
+        stage, label = ("remote-io" if remote and not from_cache else "local-io"), "io-bound"
     else:
         stage, label = ("transform" if transform > collate else "collate"), "cpu-bound"
     return Verdict(stage=stage, label=label, wait_fraction=round(waited, 4), knob=KNOBS[stage])
