@@ -106,17 +106,29 @@ def test_example_killed_mid_run_resumes_on_the_next_untrained_batch(data, killed
     assert [b["trainer_epoch"] for b in counted] == [b["epoch"] for b in counted]
 
 
-def test_torchrun_two_ranks_read_disjoint_rows_that_make_the_single_process_global_batch(data, tmp_path):
+def test_torchrun_two_ranks_read_disjoint_rows_that_make_the_single_process_global_batch_and_resume_after_a_kill(
+        data, tmp_path):
     path, reference = data
-    log = str(tmp_path / "batches.jsonl")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           os.path.join(EXAMPLES, "train_sft.py"), "--data", path, "--global-batch-size", str(G), "--steps", "2",
-           "--micro-batch-size", "2", "--device", "cpu", "--hidden-size", "32", "--ckpt", str(tmp_path / "ckpt.pt"),
-           "--log-batches", log]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = read_log(log)
-    for step in range(2):
-        ranks = {b["rank"]: b["ids"] for b in got if (b["epoch"], b["step"]) == (0, step)}
-        assert sorted(ranks) == [0, 1] and not set(ranks[0]) & set(ranks[1])
-        assert ranks[0] + ranks[1] == reference[step][2]  # rank r reads splits [2r, 2r+2): the global batch in order
+    killed_log, resumed_log = str(tmp_path / "killed.jsonl"), str(tmp_path / "resumed.jsonl")
+    common = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+              os.path.join(EXAMPLES, "train_sft.py"), "--data", path, "--global-batch-size", str(G), "--steps", str(STEPS),
+              "--micro-batch-size", "2", "--device", "cpu", "--hidden-size", "32", "--ckpt", str(tmp_path / "ckpt.pt"),
+              "--ckpt-every", "2"]
+    killed = subprocess.run([*common, "--kill-after-step", "3", "--log-batches", killed_log], capture_output=True,
+                            text=True, timeout=600, env=env())
+    assert killed.returncode != 0 and os.path.exists(tmp_path / "ckpt.pt"), killed.stderr[-3000:]
+    resumed = subprocess.run([*common, "--resume", "--log-batches", resumed_log], capture_output=True, text=True,
+                             timeout=600, env=env())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    def global_batches(log: str) -> list[tuple[int, int, list[int]]]:
+        got = read_log(log)
+        out = []
+        for key in dict.fromkeys((b["epoch"], b["step"]) for b in got):
+            ranks = {b["rank"]: b["ids"] for b in got if (b["epoch"], b["step"]) == key}
+            assert sorted(ranks) == [0, 1] and not set(ranks[0]) & set(ranks[1])
+            out.append((*key, ranks[0] + ranks[1]))  # rank r reads splits [2r, 2r+2): the global batch in order
+        return out
+
+    assert global_batches(killed_log) == reference[:3]  # killed after its third step
+    assert global_batches(resumed_log) == reference[2:STEPS]  # from the step-2 checkpoint on, across the epoch boundary
