@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 import reader_fixtures as rf
 from prep.reader import Loader, ReaderDataset
+from prep.reader.shipping import Receiver, WorkerShipments, in_step_order
 
 pytestmark = pytest.mark.skipif(not rf.GSM8K.exists(), reason=f"real data not found at {rf.SHARED_DATA}")
 G = 96
@@ -64,3 +65,33 @@ def test_bare_dataloader_with_two_workers_yields_steps_in_order_and_state_after_
     for (_, _, a, _), (_, _, b) in zip(got, reference):
         np.testing.assert_array_equal(a, b)
     assert [(s["epoch"], s["step"]) for *_, s in got[4:7]] == [(0, 5), (1, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_batches_held_across_a_whole_read_never_change_while_workers_reuse_their_buffers(out48, slots):
+    """Workers rewrite a few shared buffers; a batch the consumer still holds must not be one of them.
+
+    One or two buffers per worker force every buffer to be rewritten while the consumer holds every
+    batch read so far (the race that once handed a resumed 2-worker read another batch's bytes).
+    """
+    path, _, _ = out48
+    ds = ReaderDataset(path, global_batch_size=48)
+    want = list(ReaderDataset(path, global_batch_size=48))
+    context = multiprocessing.get_context("forkserver")
+    receiver = Receiver(context, 2, slots=slots)
+    shipments = DataLoader(WorkerShipments(ds, receiver), batch_size=None, num_workers=2, multiprocessing_context=context)
+    held = list(in_step_order(iter(shipments), receiver, ds.schedule, ds.position))
+    assert [(b.epoch, b.step) for b in held] == [(b.epoch, b.step) for b in want] and len(held) == 24
+    for got, ref in zip(held, want):
+        np.testing.assert_array_equal(got.ids, ref.ids)
+        assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in ref), (got.epoch, got.step)
+
+
+def test_batches_held_through_loader_with_two_workers_equal_an_in_process_read(out48):
+    path, _, _ = out48
+    want = list(ReaderDataset(path, global_batch_size=48))
+    held = list(Loader(ReaderDataset(path, global_batch_size=48), num_workers=2))
+    assert len(held) == len(want) == 24
+    for got, ref in zip(held, want):
+        np.testing.assert_array_equal(got.ids, ref.ids)
+        assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in ref), (got.epoch, got.step)

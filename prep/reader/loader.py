@@ -20,7 +20,7 @@ from prep.reader import state as st
 from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
-from prep.reader.shipping import WorkerShipments, in_step_order
+from prep.reader.shipping import Receiver, WorkerShipments, in_step_order
 from prep.reader.spec import TEXT_KINDS
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
 
@@ -90,9 +90,12 @@ class Loader:
         self.dataset.load_state_dict(self.state_dict())
         batches: Any = self.dataset
         if self.num_workers > 0:  # workers send shipments of steps in shared memory; back in step order here
-            shipments = DataLoader(WorkerShipments(self.dataset), batch_size=None, num_workers=self.num_workers,
-                                   prefetch_factor=self._prefetch_factor, multiprocessing_context=self._mp_context())
-            batches = in_step_order(iter(shipments), schedule, self._position)
+            context = self._mp_context()
+            receiver = Receiver(context, self.num_workers)
+            shipments = DataLoader(WorkerShipments(self.dataset, receiver), batch_size=None,
+                                   num_workers=self.num_workers, prefetch_factor=self._prefetch_factor,
+                                   multiprocessing_context=context)
+            batches = in_step_order(iter(shipments), receiver, schedule, self._position)
         if self.device is not None:
             batches = DeviceFeed(batches, self.device)
         self._workers = {}

@@ -5,8 +5,15 @@ file descriptor sent over a socket, a pickle and a queue round trip (about 1 ms 
 loaded machine): at G = 32 on GSM8K rows that is more than building the batch, and it
 held workers to a tenth of the in-process tokens/s. A :class:`Shipment` packs a worker's
 next few steps (growing 1, 2, 4, ... to :data:`SHIPMENT_BYTES`) into ONE shared-memory
-buffer, row ids included, with a small layout (offsets, dtypes, shapes, origin) beside it;
-the main process cuts it back into batches that are views of that buffer.
+buffer, row ids included, with a small layout (offsets, dtypes, shapes, origin) beside it.
+
+Fresh shared memory costs more than the copy into it (every page faults in both processes:
+~0.4 ms a batch at G = 32, against ~0.006 ms to rewrite mapped pages), so each worker
+writes into a ring of :data:`SLOTS` buffers it keeps, sending a buffer's file descriptor
+only when the buffer is new. A buffer is rewritten only after the main process has COPIED
+the shipment out of it into its own memory and released it (one semaphore per worker
+counts its free buffers, :class:`Receiver`): no batch the consumer holds is a view of
+memory a worker can rewrite.
 """
 
 from __future__ import annotations
@@ -16,62 +23,63 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, get_worker_info
 
 from prep.reader.batch import ORIGIN_FIELDS, Batch
 from prep.reader.prefetch import ReaderError
 
-__all__ = ["Shipment", "WorkerShipments", "in_step_order", "SHIPMENT_BYTES"]
+__all__ = ["Receiver", "Shipment", "WorkerShipments", "in_step_order", "SHIPMENT_BYTES", "SLOTS"]
 
 SHIPMENT_BYTES = 8 << 20  # about how much one shipment carries once it has ramped up
+SLOTS = 4  # shared buffers per worker: its prefetched shipments, the one it writes, one spare
 _IDS = "\0ids"  # the rows' ids travel in the buffer under a key no tensor has
 
 
 @dataclass(frozen=True)
 class Shipment:
-    """Consecutive steps of one worker: a shared uint8 buffer and, per batch, where its tensors lie in it.
+    """Consecutive steps of one worker: where they lie in one of its shared buffers.
 
     Attributes:
-        buffer: one shared-memory storage (pickled as a file descriptor).
-        layouts: per batch, ``{key: (offset, dtype, shape)}`` (the ids under a reserved key).
+        worker: the DataLoader worker that sent it.
+        slot: which of the worker's buffers (:data:`SLOTS` by default) holds it.
+        buffer: that buffer (a shared uint8 storage, pickled as a file descriptor) when the
+            receiver has not seen it yet, else None: the receiver keeps the ones it has seen.
+        layouts: per batch, ``{key: (offset, nbytes, dtype, shape)}`` (the ids under a reserved key).
         origins: per batch, the origin fields other than ``ids``.
     """
 
-    buffer: torch.Tensor
-    layouts: tuple[dict[str, tuple[int, torch.dtype, tuple[int, ...]]], ...]
+    worker: int
+    slot: int
+    buffer: torch.Tensor | None
+    layouts: tuple[dict[str, tuple[int, int, torch.dtype, tuple[int, ...]]], ...]
     origins: tuple[dict[str, Any], ...]
 
-    @classmethod
-    def pack(cls, batches: list[Batch]) -> "Shipment":
-        """Copies ``batches`` (tensors and ids) into one new shared buffer, 8-byte aligned."""
-        layouts, size = [], 0
-        for batch in batches:
-            layout = {}
-            for key, value in [*batch.items(), (_IDS, torch.from_numpy(np.ascontiguousarray(batch.ids)))]:
-                layout[key] = (size, value.dtype, tuple(value.shape))
-                size += -(-value.numel() * value.element_size() // 8) * 8
-            layouts.append(layout)
-        buffer = torch.empty(max(size, 8), dtype=torch.uint8).share_memory_()
-        raw = buffer.numpy()
-        for batch, layout in zip(batches, layouts):
-            for key, (offset, _, _) in layout.items():
-                data = batch.ids if key == _IDS else batch[key].numpy()
-                flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-                raw[offset:offset + len(flat)] = flat
-        origins = tuple({k: getattr(b, k) for k in ORIGIN_FIELDS if k != "ids"} for b in batches)
-        return cls(buffer, tuple(layouts), origins)
+    def unpack(self, buffer: torch.Tensor) -> list[Batch]:
+        """The batches again, each tensor and the ids a copy out of ``buffer`` into memory of this process.
 
-    def unpack(self) -> list[Batch]:
-        """The batches again, their tensors and ids views of the shared buffer."""
-        out = []
-        for layout, origin in zip(self.layouts, self.origins):
-            tensors = {}
-            for key, (offset, dtype, shape) in layout.items():
-                n = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
-                tensors[key] = self.buffer[offset:offset + n].view(dtype).view(shape)
+        Copies, not views: ``buffer`` is rewritten by the worker. One copy per tensor (not one per
+        shipment) keeps each allocation small enough for the allocator to reuse freed memory.
+        """
+        out, raw = [], buffer.numpy()
+        for layout, origin in zip(self.layouts, self.origins):  # NumPy copies: a torch clone costs ~20 us more
+            tensors = {key: torch.from_numpy(raw[offset:offset + n].copy()).view(dtype).view(shape)
+                       for key, (offset, n, dtype, shape) in layout.items()}
             ids = tensors.pop(_IDS).numpy().view(np.uint64)
             out.append(Batch.make(tensors, ids=ids, **origin))
         return out
+
+
+def _layouts(batches: list[Batch]) -> tuple[list[dict[str, tuple[int, int, torch.dtype, tuple[int, ...]]]], int]:
+    """Where each batch's tensors (and ids) go in a buffer, 8-byte aligned, and the bytes in all."""
+    layouts, size = [], 0
+    for batch in batches:
+        layout = {}
+        for key, value in [*batch.items(), (_IDS, torch.from_numpy(np.ascontiguousarray(batch.ids)))]:
+            n = value.numel() * value.element_size()
+            layout[key] = (size, n, value.dtype, tuple(value.shape))
+            size += -(-n // 8) * 8
+        layouts.append(layout)
+    return layouts, size
 
 
 class WorkerShipments(IterableDataset):
@@ -81,36 +89,100 @@ class WorkerShipments(IterableDataset):
     first batch) by x2 until one carries :data:`SHIPMENT_BYTES`. Shipments of different workers
     cover interleaved steps, so the receiver puts batches back in step order (:func:`in_step_order`).
     Tensors arrive C-contiguous (a channels-last image view arrives as a dense NCHW tensor).
+
+    Args:
+        dataset: the reader.
+        receiver: the main process's :class:`Receiver` (its semaphores travel to the workers).
     """
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, receiver: "Receiver") -> None:
         super().__init__()
-        self.dataset = dataset
+        self.dataset, self.slots, self.free, self.closed = dataset, receiver.slots, receiver.free, receiver.closed
 
     def __iter__(self) -> Iterator[Shipment]:
+        worker = get_worker_info().id
+        buffers: list[torch.Tensor | None] = [None] * self.slots
         group: list[Batch] = []
-        size, nbytes = 1, 0
+        size, nbytes, sent = 1, 0, 0
         for batch in self.dataset.batches(share=False):
             group.append(batch)
             nbytes += sum(v.numel() * v.element_size() for v in batch.values())
             if len(group) == size:
-                yield Shipment.pack(group)
+                yield self._pack(group, worker, sent % self.slots, buffers)
+                sent += 1
                 if nbytes < SHIPMENT_BYTES:
                     size *= 2
                 group, nbytes = [], 0
         if group:
-            yield Shipment.pack(group)
+            yield self._pack(group, worker, sent % self.slots, buffers)
+
+    def _pack(self, batches: list[Batch], worker: int, slot: int, buffers: list[torch.Tensor | None]) -> Shipment:
+        """Copies ``batches`` into buffer ``slot`` once the receiver has released it (a bigger new one if needed)."""
+        while not self.free[worker].acquire(timeout=0.1):
+            if self.closed.is_set():  # the receiver is gone and reads nothing more
+                break
+        layouts, size = _layouts(batches)
+        old = buffers[slot]
+        fresh = old is None or old.numel() < size
+        if fresh:
+            # pages never written cost nothing: room for a ramped-up shipment from the start, so the ramp reuses it
+            buffers[slot] = torch.empty(max(size, SHIPMENT_BYTES * 2), dtype=torch.uint8).share_memory_()
+        raw = buffers[slot].numpy()
+        for batch, layout in zip(batches, layouts):
+            for key, (offset, _, _, _) in layout.items():
+                data = batch.ids if key == _IDS else batch[key].numpy()
+                flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+                raw[offset:offset + len(flat)] = flat
+        origins = tuple({k: getattr(b, k) for k in ORIGIN_FIELDS if k != "ids"} for b in batches)
+        return Shipment(worker, slot, buffers[slot] if fresh else None, tuple(layouts), origins)
 
 
-def in_step_order(shipments: Iterator[Shipment], schedule: Any, start: tuple[int, int]) -> Iterator[Batch]:
+class Receiver:
+    """The main process's end: copies each shipment out of its worker's buffer, then frees the buffer.
+
+    A worker fills its buffers in turn and gets them back in the order it sent them (one
+    result queue, read as it arrives, copied out at once), so a semaphore that counts its
+    free buffers is enough: the ``n``-th acquire returns once shipment ``n - slots`` is copied.
+
+    Args:
+        context: the workers' multiprocessing context (for the semaphores).
+        num_workers: DataLoader worker processes.
+        slots: shared buffers per worker (default :data:`SLOTS`).
+    """
+
+    def __init__(self, context: Any, num_workers: int, slots: int = SLOTS) -> None:
+        self.slots = slots
+        self.free = [context.Semaphore(slots) for _ in range(num_workers)]  # worker k's buffers it may rewrite
+        self.closed = context.Event()
+        self._buffers: dict[tuple[int, int], torch.Tensor] = {}
+
+    def batches(self, shipment: Shipment) -> list[Batch]:
+        """The shipment's batches in memory of this process (never a view of a worker's buffer)."""
+        key = (shipment.worker, shipment.slot)
+        if shipment.buffer is not None:
+            self._buffers[key] = shipment.buffer
+        batches = shipment.unpack(self._buffers[key])
+        self.free[shipment.worker].release()
+        return batches
+
+    def close(self) -> None:
+        """Workers stop waiting for buffers (the receiver reads nothing more)."""
+        self.closed.set()
+
+
+def in_step_order(shipments: Iterator[Shipment], receiver: Receiver, schedule: Any,
+                  start: tuple[int, int]) -> Iterator[Batch]:
     """The shipped batches one by one in step order from ``start`` (holding those that arrived early)."""
     early: dict[int, Batch] = {}
     expected = schedule.index(*start)
-    for shipment in shipments:
-        for batch in shipment.unpack():
-            early[schedule.index(batch.epoch, batch.step)] = batch
-        while expected in early:
-            yield early.pop(expected)
-            expected += 1
+    try:
+        for shipment in shipments:
+            for batch in receiver.batches(shipment):
+                early[schedule.index(batch.epoch, batch.step)] = batch
+            while expected in early:
+                yield early.pop(expected)
+                expected += 1
+    finally:
+        receiver.close()
     if early:
         raise ReaderError(f"worker processes delivered steps {sorted(early)[:3]}... but never step {expected}")
