@@ -204,8 +204,8 @@ def test_the_local_executor_isolates_an_item_that_crashes_its_worker(monkeypatch
     monkeypatch.setenv(FAULTS_ENV, f"segv:{victim.name}")
     cfg = ImagesConfig.model_validate(dict(input=str(src), output=str(tmp_path / "out.lance"), size=32, executor="local"))
     s = run_decode_images(cfg)
-    assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (25, 23, 2)
     reasons = lance.dataset(cfg.rejects_uri).to_table().to_pylist()
+    assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (25, 23, 2), [(r["source"], r["reason"]) for r in reasons]
     assert any(r["source"].endswith(victim.name) and "signal 11" in r["reason"] for r in reasons)
 
 
