@@ -301,8 +301,11 @@ class SplitCache:
     def _make_room(self, need: int, fetching: Key, priority: Priority | None) -> bool:
         """Evicts copies (in ``priority`` order, skipping any in use) until ``need`` more bytes fit."""
         with _exclusive(os.path.join(self.root, LOCKS, "evict.lock")):  # one evicting process at a time
+            # claims before records: a fetch finishing meanwhile writes its record before it drops its claim,
+            # so it is counted at least once (the other order could miss it and let two copies overrun max_bytes)
+            reserved = self._reserved()
             entries = {k: v for k, v in self.cached().items() if k != fetching}
-            total = sum(size for size, _ in entries.values()) + self._reserved()
+            total = sum(size for size, _ in entries.values()) + reserved
             fits = total + need <= self.max_bytes
             ranked = [] if fits else sorted((rank, k) for k, (_, used) in entries.items()
                                             if priority is not None and (rank := priority(k, used)) is not None)
