@@ -90,10 +90,10 @@ def measure(root: Path, files: list[Path], work: Path, args: argparse.Namespace)
     one-chunk job of a few images (the job's fixed cost: Ray Data start-up, commit),
     and the CPU seconds each side used per run.
     """
-    from prep.config import load_config
+    from prep.runtime.config import load_config
     from prep.prepare.images.config import ImagesConfig
     from prep.prepare.images.job import run_decode_images
-    from prep.ray_runtime import init_ray
+    from prep.runtime.ray_cluster import init_ray
 
     t0 = time.perf_counter()
     if args.executor == "ray":

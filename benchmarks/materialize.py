@@ -158,7 +158,7 @@ def stage(name: str, table: str, out: str, clump: int, splits: int, epochs: int 
         return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c, "peak_mb": _peak_mb()}
     import psutil
 
-    from prep.ray_runtime import init_ray
+    from prep.runtime.ray_cluster import init_ray
 
     init_ray(num_cpus=os.cpu_count())
 

@@ -46,7 +46,7 @@ READ_BYTES = 8 << 20  # reads of 8 MB: an epoch is many reads, as on a real data
 
 # ----------------------------------------------------------------------------- one case (child process)
 def run_case(case: str, endpoint: str, work: Path, step_ms: float) -> dict:
-    from prep import storage
+    from prep.io import storage
     from prep.reader import ReaderDataset
 
     s3 = storage.S3Options(endpoint_url=endpoint)
@@ -60,7 +60,7 @@ def run_case(case: str, endpoint: str, work: Path, step_ms: float) -> dict:
         fs.get(files, [str(dest / f[len(path) + 1:]) for f in files])
         result = {"bytes": sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())}
     elif case == "prewarm":
-        from prep.prewarm import prewarm
+        from prep.cache.prewarm import prewarm
 
         shutil.rmtree(work / "prewarm-cache", ignore_errors=True)
         result = {"bytes": prewarm(out, cache=str(work / "prewarm-cache"), s3=s3)["bytes"]}
@@ -90,9 +90,9 @@ def setup(work: Path, rows: int) -> tuple[subprocess.Popen, str]:
 
     import tables
     from conftest import free_port
-    from prep import storage
+    from prep.io import storage
     from prep.materialize import materialize_shuffle
-    from prep.prewarm import prewarm
+    from prep.cache.prewarm import prewarm
 
     port = free_port()
     moto = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],

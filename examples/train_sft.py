@@ -31,7 +31,7 @@ import time
 import torch
 
 from prep.reader import Loader, ReaderDataset
-from prep.world import rank_and_world_size
+from prep.runtime.world import rank_and_world_size
 
 log = logging.getLogger("train_sft")
 

@@ -6,7 +6,7 @@
 
 Same code as ``prep materialize-shuffle`` (``prep.materialize.materialize_shuffle``):
 this file only forwards its arguments. Inside a job, Ray is joined through ``RAY_ADDRESS``
-(:func:`prep.ray_runtime.use_ray`); without a cluster the run stays in this process.
+(:func:`prep.runtime.ray_cluster.use_ray`); without a cluster the run stays in this process.
 """
 
 import sys

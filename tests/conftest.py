@@ -62,7 +62,7 @@ def ray_local():
     """An in-process local Ray with 2 CPUs, shared by the whole session."""
     import ray
 
-    from prep.ray_runtime import init_ray
+    from prep.runtime.ray_cluster import init_ray
 
     init_ray(num_cpus=2)
     yield ray

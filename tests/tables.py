@@ -3,7 +3,7 @@
 - :func:`gsm8k_rows`: GSM8K tokenized with the real mistral-v3 tokenizer
   (prompt tokens masked), ``id`` a stable hash of the row position.
 - :func:`write_prepared`: writes any such Arrow data as a prepared Lance table
-  with ``prep`` metadata, through ``prep.lance_io`` (fragments + one commit).
+  with ``prep`` metadata, through ``prep.io.lance_tables`` (fragments + one commit).
 - :func:`gsm8k_table`: the GSM8K rows repeated with fresh ids, to any size
   (the benchmark uses ~1M rows), written in streaming batches.
 - :func:`synthetic_table`: random token rows, no tokenizer needed.
@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from prep import lance_io
+from prep.io import lance_tables
 from prep.plan.permutation import mix64
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,7 +84,7 @@ def gsm8k_rows(limit: int | None = None) -> pa.Table:
 def metadata(kind: str = "sft", rows: int = 0, tokens: int = 0, **extra) -> dict:
     """``prep`` table metadata following docs/architecture.md."""
     return {
-        "format": lance_io.TABLE_FORMAT,
+        "format": lance_tables.TABLE_FORMAT,
         "prep_version": "0.1.0",
         "kind": kind,
         "config": {"builder": "tests/tables.py"},
@@ -122,10 +122,10 @@ def write_prepared(
                 counted["tokens"] += int(np.asarray(batch.column("length")).sum())
             yield batch
 
-    frags = lance_io.write_fragments(
+    frags = lance_tables.write_fragments(
         pa.RecordBatchReader.from_batches(schema, counting()), uri, storage_options=storage_options, max_rows_per_file=fragment_rows
     )
-    lance_io.commit_table(
+    lance_tables.commit_table(
         uri, schema, frags, metadata=metadata(kind, counted["rows"], counted["tokens"]), storage_options=storage_options
     )
     return uri

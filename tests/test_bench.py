@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import tables
-from prep import bench
+from prep.tools import bench
 from prep.cli import main
 from prep.materialize import materialize_shuffle
 from prep.reader import batcher, source

@@ -87,7 +87,7 @@ def test_docs_cli_md_is_generated_from_the_cli():
 
 NOISE = """
 import logging, sys, warnings
-from prep import logs
+from prep.runtime import logs
 logs.configure(verbose=sys.argv[1] == "-v")
 warnings.warn("lance is not fork-safe. If you are using multiprocessing, use spawn or forkserver instead.")
 logging.getLogger("ray.data").warning("Progress bars disabled")
@@ -113,8 +113,8 @@ def test_a_default_run_shows_prep_lines_only_and_v_shows_everything(flag):
 
 BAR = """
 import sys
-from prep import logs
-from prep.progress import Bar
+from prep.runtime import logs
+from prep.runtime.progress import Bar
 logs.configure(quiet="--quiet" in sys.argv)
 with Bar(3, "demo chunks", unit="chunk") as bar:
     for _ in range(3):

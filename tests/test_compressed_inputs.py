@@ -9,7 +9,7 @@ import pytest
 import zstandard
 
 from prep.errors import PrepError
-from prep.prepare.sources import list_sources, plan_chunks, read_chunk
+from prep.prepare.text.sources import list_sources, plan_chunks, read_chunk
 
 CODECS = {".gz": gzip.compress, ".zst": lambda b: zstandard.ZstdCompressor().compress(b), ".bz2": bz2.compress}
 

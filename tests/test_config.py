@@ -1,8 +1,8 @@
 import pytest
 
-from prep.config import config_hash, load_config
+from prep.runtime.config import config_hash, load_config
 from prep.errors import PrepError
-from prep.prepare.pretokenize import PretokenizeConfig
+from prep.prepare.text.pretokenize import PretokenizeConfig
 
 
 def write(tmp_path, text):

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from prep.prepare.formats import RowError, Segments, SFTFormatter, TextFormatter
-from prep.prepare.tokenizer import resolve_tokenizer
-from prep.prepare.tokens import encode_segments
+from prep.prepare.text.formats import RowError, Segments, SFTFormatter, TextFormatter
+from prep.prepare.text.tokenizer import resolve_tokenizer
+from prep.prepare.text.tokens import encode_segments
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +86,8 @@ def test_single_turn_fast_path_matches_the_jinja_render(tok):
 
 
 def test_workers_tokenizer_and_template_match_transformers(tok, tokenizer_dir):
-    from prep.prepare.chat_template import compile_chat_template
-    from prep.prepare.tokenizer import load_tokenizer
+    from prep.prepare.text.chat_template import compile_chat_template
+    from prep.prepare.text.tokenizer import load_tokenizer
 
     hf = load_tokenizer(tokenizer_dir)
     msgs = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"},

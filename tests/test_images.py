@@ -19,7 +19,7 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from prep.config import load_config
+from prep.runtime.config import load_config
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.decode import ImageError, decode
@@ -27,7 +27,7 @@ from prep.prepare.images.labels import LabelError, LabelMap
 from prep.prepare.images.sources import plan
 from prep.prepare.images.transform import MAX_STRETCH, Fit, fit
 from prep.prepare.images.worker import ImageChunkWorker
-from prep.storage import S3Options
+from prep.io.storage import S3Options
 
 HYMENOPTERA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "hymenoptera" / "train"
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision:DeprecationWarning")

@@ -12,9 +12,9 @@ import lance
 import numpy as np
 import pytest
 
-from prep import lance_io
+from prep.io import lance_tables
 from prep.cli import main as cli_main
-from prep.config import load_config
+from prep.runtime.config import load_config
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.job import run_decode_images
@@ -30,7 +30,7 @@ pytestmark = [
 
 
 def pixels(ds: lance.LanceDataset, rows: list[int] | None = None) -> np.ndarray:
-    h, w, c = lance_io.prep_metadata(ds)["image"]["shape"]
+    h, w, c = lance_tables.prep_metadata(ds)["image"]["shape"]
     table = ds.take(rows, columns=["image"]) if rows is not None else ds.to_table(columns=["image"])
     return table.column("image").combine_chunks().flatten().to_numpy().reshape(-1, h, w, c)
 
@@ -46,7 +46,7 @@ def hymenoptera_table(ray_local, tmp_path_factory) -> lance.LanceDataset:
 
 def test_hymenoptera_becomes_a_table_with_contract_columns_labels_and_counts(hymenoptera_table):
     ds = hymenoptera_table
-    meta = lance_io.prep_metadata(ds)
+    meta = lance_tables.prep_metadata(ds)
     assert ds.count_rows() == 245
     assert str(ds.schema.field("image").type) == "fixed_size_list<item: uint8>[150528]"
     assert [f.name for f in ds.schema] == ["id", "image", "label", "label_name", "source"]
@@ -118,7 +118,7 @@ def test_encoded_bytes_and_original_blobs_survive_the_commit(ray_local, tmp_path
     cfg = load_config(ImagesConfig, CONFIG, input=str(root), output=str(out), store_pixels=False, encode="webp", keep_original=True)
     summary = run_decode_images(cfg)
     ds = lance.dataset(str(out))
-    assert "image" not in ds.schema.names and lance_io.prep_metadata(ds)["encoded"]["format"] == "webp"
+    assert "image" not in ds.schema.names and lance_tables.prep_metadata(ds)["encoded"]["format"] == "webp"
     sources = ds.to_table(columns=["source"]).column("source").to_pylist()
     blobs = ds.take_blobs("original", indices=[0, 2])
     assert [b.read() for b in blobs] == [Path(sources[0]).read_bytes(), Path(sources[2]).read_bytes()]
@@ -137,7 +137,7 @@ def test_s3_input_and_output(ray_local, s3_bucket, tmp_path):
     cfg = load_config(ImagesConfig, CONFIG, input=f"s3://{s3_bucket}/tree", output=out, size=64)
     summary = run_decode_images(cfg)
     assert summary["rows_written"] == 4 and summary["source_kind"] == "imagefolder"
-    ds = lance_io.open_table(out, storage_options=__import__("prep.storage", fromlist=["x"]).lance_storage_options(out))
+    ds = lance_tables.open_table(out, storage_options=__import__("prep.io.storage", fromlist=["x"]).lance_storage_options(out))
     local = run_decode_images(load_config(ImagesConfig, CONFIG, input=str(_copy_tree(imgs, tmp_path / "t")), output=str(tmp_path / "l.lance"), size=64))
     assert local["rows_written"] == 4
     a, b = ds.to_table(columns=["id", "image", "label"]), lance.dataset(str(tmp_path / "l.lance")).to_table(columns=["id", "image", "label"])
@@ -184,4 +184,4 @@ def test_ray_job_submit_runs_the_pipeline_on_a_real_head(ray_head, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "succeeded" in proc.stdout + proc.stderr
     ds = lance.dataset(str(out))
-    assert ds.count_rows() == 4 and lance_io.prep_metadata(ds)["labels"] == sorted({p.parent.name for p in photos(4)})
+    assert ds.count_rows() == 4 and lance_tables.prep_metadata(ds)["labels"] == sorted({p.parent.name for p in photos(4)})

@@ -16,7 +16,7 @@ import pytest
 
 import reader_fixtures as rf
 import tables
-from prep import lance_io
+from prep.io import lance_tables
 from prep.cli import main
 from prep.materialize import materialize_shuffle
 
@@ -35,7 +35,7 @@ def prep(capsys, *args: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> dict[str, str]:
     """A GSM8K SFT table with three rejects (a missing field, broken JSON, an over-long row) and its materialization."""
-    from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
+    from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 
     root = tmp_path_factory.mktemp("inspect")
     lines = tables.GSM8K.read_text().splitlines()[:ROWS]
@@ -132,8 +132,8 @@ def test_a_path_that_is_not_a_table_is_one_line(prepared, capsys, tmp_path):
 def test_a_table_from_a_newer_prep_is_one_line(prepared, capsys, tmp_path):
     path = shutil.copytree(prepared["table"], str(tmp_path / "newer.lance"))
     ds = lance.dataset(path)
-    meta = {**lance_io.prep_metadata(ds), "format": "prep.table/2", "prep_version": "9.0.0"}
-    lance_io.commit_table(path, ds.schema, [f.metadata for f in ds.get_fragments()], metadata=meta)
+    meta = {**lance_tables.prep_metadata(ds), "format": "prep.table/2", "prep_version": "9.0.0"}
+    lance_tables.commit_table(path, ds.schema, [f.metadata for f in ds.get_fragments()], metadata=meta)
     _one_line(capsys, ["inspect", path], "prep.table/2", "prep 9.0.0", "upgrade prep")
 
 

@@ -23,13 +23,13 @@ import pyarrow.compute as pc
 import pytest
 from PIL import Image
 
-from prep import lance_io
-from prep.config import load_config
+from prep.io import lance_tables
+from prep.runtime.config import load_config
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.job import run_decode_images
 from prep.prepare.isolation import FAULTS_ENV
-from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
+from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,9 +40,9 @@ _CRASHING_JOB = textwrap.dedent(
     import json, os, signal, sys
     from collections import Counter
     import pyarrow as pa
-    from prep.prepare.job import ChunkOutput, run_chunks
+    from prep.prepare.chunk_runner import ChunkOutput, run_chunks
     from prep.prepare.rejects import Reject
-    from prep.ray_runtime import init_ray
+    from prep.runtime.ray_cluster import init_ray
 
     class Worker:
         def __call__(self, chunk, progress=None):
@@ -138,7 +138,7 @@ def test_a_job_with_more_bad_items_than_allowed_fails_with_one_line(ray_local, p
         run_decode_images(images_config(photo_tree, tmp_path / "out.lance", max_bad_items_per_chunk=1))
     assert "max_bad_items_per_chunk=1" in str(err.value) and "exited with status 3" in str(err.value)
     assert "\n" not in str(err.value)
-    assert not lance_io.table_exists(str(tmp_path / "out.lance"))  # a claimed folder, no committed table
+    assert not lance_tables.table_exists(str(tmp_path / "out.lance"))  # a claimed folder, no committed table
 
 
 def test_a_text_row_that_kills_the_worker_and_one_that_hangs_are_rejected(ray_local, tokenizer_dir, shared_data, tmp_path, monkeypatch):

@@ -16,13 +16,14 @@ import pyarrow as pa
 import pytest
 
 import tables
-from prep import plan, world
+from prep import plan
+from prep.runtime import world
 from prep.cli import main as cli_main
 from prep.errors import PrepError
-from prep.manifest import Manifest, read_manifest, split_path
+from prep.contracts.manifest import Manifest, read_manifest, split_path
 from prep.materialize import materialize_shuffle
 from prep.plan.spec import PlanSpec
-from prep.verify import verify
+from prep.materialize.verify import verify
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 

@@ -14,9 +14,9 @@ import pytest
 
 import tables
 from prep.errors import PrepError
-from prep.manifest import Manifest
+from prep.contracts.manifest import Manifest
 from prep.materialize import local, materialize_shuffle
-from prep.verify import verify
+from prep.materialize.verify import verify
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,7 @@ def test_the_cli_without_a_cluster_runs_in_process_without_ray_or_torch(syntheti
 
 
 def test_use_ray_only_with_a_cluster(tmp_path):
-    code = "from prep.ray_runtime import use_ray; import sys; print(use_ray(None), use_ray('127.0.0.1:6379'), 'ray' in sys.modules)"
+    code = "from prep.runtime.ray_cluster import use_ray; import sys; print(use_ray(None), use_ray('127.0.0.1:6379'), 'ray' in sys.modules)"
     alone = subprocess.run([sys.executable, "-c", code], env=_no_cluster_env(), cwd=REPO, capture_output=True, text=True, check=True)
     assert alone.stdout.split() == ["False", "True", "False"]
     joined = subprocess.run([sys.executable, "-c", code], env={**_no_cluster_env(), "RAY_ADDRESS": "127.0.0.1:6379"},
@@ -84,7 +84,7 @@ def test_use_ray_only_with_a_cluster(tmp_path):
 
 
 def test_use_ray_when_ray_is_initialised_in_this_process(ray_local, monkeypatch):
-    from prep.ray_runtime import use_ray
+    from prep.runtime.ray_cluster import use_ray
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert use_ray(None)

@@ -21,15 +21,15 @@ import pytest
 
 import reader_fixtures as rf
 from tables import kill_midway
-from prep.checksum import dataset_checksum
+from prep.io.checksum import dataset_checksum
 from prep.cli import main
 from prep.errors import PrepError
-from prep.manifest import read_manifest, write_manifest
+from prep.contracts.manifest import read_manifest, write_manifest
 from prep.materialize import materialize_mixture
 from prep.materialize.mixture_file import load_mixture
 from prep.plan.spec import MixtureSource, MixtureSpec, PlanSpec
 from prep.reader import ReaderDataset
-from prep.verify import verify
+from prep.materialize.verify import verify
 
 S, G = 4, 16
 

@@ -24,9 +24,9 @@ import boto3
 import pytest
 
 from conftest import REPO, VENV_BIN, free_port
-from prep import storage
-from prep.checksum import dataset_checksum
-from prep.verify import verify
+from prep.io import storage
+from prep.io.checksum import dataset_checksum
+from prep.materialize.verify import verify
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
@@ -65,8 +65,8 @@ def second_node(ray_head, s3_env):
 DRIVER = """
 import json, sys
 from prep.materialize import materialize_shuffle
-from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
-from prep.config import load_config
+from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+from prep.runtime.config import load_config
 bucket, tokenizer, address, resources = sys.argv[1:5]
 resources = json.loads(resources)
 cfg = load_config(PretokenizeConfig, sys.argv[5], input=f"{bucket}/raw/", output=f"{bucket}/t.lance", tokenizer=tokenizer,

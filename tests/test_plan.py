@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prep import plan, world
+from prep import plan
+
+from prep.runtime import world
 from prep.errors import PrepError
 from prep.plan import hash as plan_hash
 from prep.plan import permutation

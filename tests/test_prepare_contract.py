@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prep import lance_io
+from prep.io import lance_tables
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.job import run_decode_images
-from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
+from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 from test_images import HYMENOPTERA
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -158,7 +158,7 @@ def test_a_dead_job_leaves_nothing_that_looks_complete_and_the_rerun_succeeds(ex
     with pytest.raises(PrepError, match=r"z\.json.*malformed JSON"):
         run_pretokenize(cfg)
     for uri in (cfg.output, cfg.rejects_uri):
-        assert not lance_io.table_exists(uri)
+        assert not lance_tables.table_exists(uri)
     (src / "z.json").unlink()
     assert run_pretokenize(cfg)["rows_written"] == 300
 
@@ -169,19 +169,19 @@ def test_row_accounting_catches_a_worker_whose_counts_disagree_with_its_output(l
     import pyarrow as pa
 
     from prep.prepare.driver import commit_and_reconcile
-    from prep.prepare.job import ChunkResult
+    from prep.prepare.chunk_runner import ChunkResult
     from prep.prepare.rejects import Reject, rejects_table
 
     out, rej = str(tmp_path / "t.lance"), str(tmp_path / "t.rejects.lance")
     table = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
-    frags = lance_io.write_fragments(table, out)
-    rej_frags = lance_io.write_fragments(rejects_table([Reject("f", "line 4", "bad")]), rej)
+    frags = lance_tables.write_fragments(table, out)
+    rej_frags = lance_tables.write_fragments(rejects_table([Reject("f", "line 4", "bad")]), rej)
     counts = {"rows_read": 4, "rows_accepted": 3, "rows_rejected": 1, "rows_written": 3, "files_rejected": 0}
     counts[lie] += 1
     with pytest.raises(PrepError, match="row accounting failed"):
         commit_and_reconcile([ChunkResult(0, frags, rej_frags, counts, 0.0)], counts, schema=table.schema, metadata={},
                              output=out, rejects=rej, s3=None)
-    assert not lance_io.table_exists(out)
+    assert not lance_tables.table_exists(out)
 
 
 @pytest.mark.parametrize("kind", sorted(JOBS))
@@ -211,7 +211,7 @@ def test_the_local_executor_isolates_an_item_that_crashes_its_worker(monkeypatch
 
 def test_an_image_chunk_is_written_as_a_stream_of_small_batches(tmp_path):
     """A task holds one batch of pixels at a time, never the whole chunk."""
-    from prep import storage
+    from prep.io import storage
     from prep.prepare.images.sources import plan
     from prep.prepare.images.worker import _BATCH_ROWS, ImageChunkWorker
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 from fault_proxy import FaultProxy
 from prep.cli import main as cli_main
-from prep.outputs import MARKER
+from prep.contracts.ownership import MARKER
 from test_images import HYMENOPTERA
 
 COMMANDS = {

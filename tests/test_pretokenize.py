@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 
 from prep.errors import PrepError
-from prep.lance_io import prep_metadata, table_exists
-from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
-from prep.prepare.tokenizer import load_tokenizer
+from prep.io.lance_tables import prep_metadata, table_exists
+from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+from prep.prepare.text.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -144,7 +144,7 @@ def test_alpaca_config_reads_json_arrays_and_parquet_and_masks_only_outputs(toke
     import pyarrow.parquet as pq
 
     from conftest import REPO
-    from prep.config import load_config
+    from prep.runtime.config import load_config
 
     src = tmp_path / "alpaca"
     src.mkdir()

@@ -12,10 +12,10 @@ import pytest
 import tables
 from prep.cli import main as cli_main
 from prep.errors import PrepError
-from prep.manifest import split_path
+from prep.contracts.manifest import split_path
 from prep.materialize import materialize_shuffle
-from prep.prewarm import prewarm
-from prep.verify import verify
+from prep.cache.prewarm import prewarm
+from prep.materialize.verify import verify
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -98,7 +98,7 @@ def test_prewarm_refuses_a_non_empty_cache_it_did_not_write(materialized, tmp_pa
 @pytest.mark.s3
 def test_materialize_verify_and_prewarm_through_s3(s3_env, s3_bucket, tmp_path):
     src = f"s3://{s3_bucket}/tables/t.lance"
-    from prep import storage
+    from prep.io import storage
 
     tables.synthetic_table(src, num_rows=500, max_len=30, storage_options=storage.lance_storage_options(src))
     out = f"s3://{s3_bucket}/shuffled"

@@ -14,9 +14,9 @@ import pytest
 
 import tables
 from conftest import REPO
-from prep.cache import SplitCache
+from prep.cache.store import SplitCache
 from prep.materialize import materialize_shuffle
-from prep.prewarm import prewarm
+from prep.cache.prewarm import prewarm
 from prep.reader import ReaderDataset
 
 
@@ -114,7 +114,7 @@ def test_two_processes_share_one_cache(output, expected, tmp_path):
 def test_a_kill_during_a_fetch_leaves_no_copy_that_counts(s3_env, s3_bucket, tmp_path):
     """SIGKILL a prewarm while objects are in flight (a proxy slows every request), then read with the cache."""
     from fault_proxy import FaultProxy
-    from prep import storage
+    from prep.io import storage
 
     src = f"s3://{s3_bucket}/t.lance"
     tables.synthetic_table(src, num_rows=600, max_len=30, storage_options=storage.lance_storage_options(src))

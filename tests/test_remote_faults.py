@@ -16,17 +16,17 @@ import pytest
 import tables
 from conftest import HYMENOPTERA
 from fault_proxy import KINDS, FaultProxy
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
-from prep.manifest import Manifest
+from prep.contracts.manifest import Manifest
 from prep.materialize import materialize_shuffle
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.job import run_decode_images
-from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
-from prep.prewarm import prewarm
+from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+from prep.cache.prewarm import prewarm
 from prep.reader import ReaderDataset
-from prep.retry import RetryPolicy
-from prep.checksum import dataset_checksum
+from prep.io.retry import RetryPolicy
+from prep.io.checksum import dataset_checksum
 
 pytestmark = [pytest.mark.s3]
 

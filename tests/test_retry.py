@@ -8,7 +8,7 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 from prep.errors import PrepError
-from prep.retry import Aimd, RetryCounter, RetryPolicy, call, retryable, throttled
+from prep.io.retry import Aimd, RetryCounter, RetryPolicy, call, retryable, throttled
 
 
 def client_error(code: str, status: int) -> ClientError:

@@ -4,8 +4,8 @@ import boto3
 import lance
 import pytest
 
-from prep import storage
-from prep.prepare.pretokenize import PretokenizeConfig, run_pretokenize
+from prep.io import storage
+from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 
 pytestmark = [pytest.mark.s3, pytest.mark.usefixtures("ray_local")]
 

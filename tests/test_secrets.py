@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from conftest import REPO
-from prep import storage
+from prep.io import storage
 from prep.cli import main as cli_main
 
 pytestmark = [pytest.mark.s3]

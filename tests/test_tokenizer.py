@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from prep.prepare import tokenizer as T
+from prep.prepare.text import tokenizer as T
 
 
 def via_transformers(spec: str, path: str) -> T.ResolvedTokenizer:
@@ -29,7 +29,7 @@ def test_a_saved_tokenizer_folder_resolves_without_transformers_to_the_same_toke
 def test_resolving_a_saved_folder_does_not_import_transformers(tokenizer_dir, tmp_path):
     import subprocess
 
-    code = (f"from prep.prepare.tokenizer import resolve_tokenizer; import sys; resolve_tokenizer({tokenizer_dir!r}); "
+    code = (f"from prep.prepare.text.tokenizer import resolve_tokenizer; import sys; resolve_tokenizer({tokenizer_dir!r}); "
             "print('transformers' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from prep.prepare.tokens import TokenRows, limit_length, pack
+from prep.prepare.text.tokens import TokenRows, limit_length, pack
 
 
 def rows_of(lengths):

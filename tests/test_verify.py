@@ -12,10 +12,10 @@ import pytest
 import tables
 from prep.cli import main as cli_main
 from prep.errors import PrepError
-from prep.manifest import split_path
+from prep.contracts.manifest import split_path
 from prep.materialize import materialize_shuffle
-from prep.checksum import Checksum, table_checksum
-from prep.verify import verify
+from prep.io.checksum import Checksum, table_checksum
+from prep.materialize.verify import verify
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 

@@ -1,4 +1,4 @@
-"""Rank resolution (prep.world.rank_and_world_size) in real processes: arguments, a torch.distributed
+"""Rank resolution (prep.runtime.world.rank_and_world_size) in real processes: arguments, a torch.distributed
 process group, launcher variables; a world without a rank is an error, never rank 0."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def resolve(*args: str, **env: str) -> subprocess.CompletedProcess:
     """``rank_and_world_size(*args)`` in a fresh interpreter with exactly the launcher variables ``env``."""
-    code = ("import sys\nfrom prep.errors import PrepError\nfrom prep.world import rank_and_world_size\n"
+    code = ("import sys\nfrom prep.errors import PrepError\nfrom prep.runtime.world import rank_and_world_size\n"
             "try:\n    print(*rank_and_world_size(%s))\n"
             "except PrepError as e:\n    print('PrepError:', e); sys.exit(2)\n") % ", ".join(args)
     return subprocess.run([sys.executable, "-c", code], env=clean_env(**env), capture_output=True, text=True, timeout=120)

@@ -1,7 +1,7 @@
 """``prep <command>``: one module per command, each with ``register(subparsers)``.
 
 A command module adds its parser (with a description that ends in one example)
-and sets ``func``; :func:`main` sets up logging and progress (:mod:`prep.logs`)
+and sets ``func``; :func:`main` sets up logging and progress (:mod:`prep.runtime.logs`)
 and hands any error to :func:`prep.cli.exits.fail`, which prints one line on
 stderr and picks the exit status (0 OK, 1 verification mismatch, 2 unusable input
 or usage error, 3 a bug).
@@ -16,7 +16,7 @@ import textwrap
 from importlib import metadata
 
 import prep
-from prep import logs
+from prep.runtime import logs
 from prep.cli.exits import OneLineParser, epilog, fail
 
 __all__ = ["main", "build_parser", "commands", "DESCRIPTION"]

@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plan_for(args: argparse.Namespace) -> dict:
     """A prepared table (a Lance table, not a materialized output) is read through an on-the-fly plan."""
-    from prep import storage
+    from prep.io import storage
 
     if storage.exists(storage.join(args.path, "_versions")):
         return {"plan": {"num_splits": args.splits}}
@@ -69,8 +69,8 @@ def _plan_for(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prep import progress
-    from prep.bench import format_result, run_bench
+    from prep.runtime import progress
+    from prep.tools.bench import format_result, run_bench
 
     def show(line: str) -> None:
         print(f"\r\033[K{line}", end="", file=sys.stderr, flush=True)
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if live:
         print(file=sys.stderr)
     if args.plot:
-        from prep.plots import bench_figure
+        from prep.tools.plots import bench_figure
 
         bench_figure(result, args.plot)
     print(json.dumps(result.to_json(), indent=2) if args.json else format_result(result))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from prep.ray_runtime import parse_resources
+from prep.runtime.ray_cluster import parse_resources
 
 __all__ = ["add_job_arguments", "job_overrides"]
 

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prep.config import load_config
+    from prep.runtime.config import load_config
     from prep.prepare.images.config import ImagesConfig
     from prep.prepare.images.job import format_summary, run_decode_images
 

@@ -28,11 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prep.inspection import format_report, inspect_path, to_json
+    from prep.tools.inspection import format_report, inspect_path, to_json
 
     report = inspect_path(args.path, rows=args.rows)
     if args.plot:
-        from prep.plots import inspect_figure
+        from prep.tools.plots import inspect_figure
 
         inspect_figure(report, args.plot)
     print(json.dumps(to_json(report), indent=2, default=str) if args.json else format_report(report))

@@ -11,10 +11,10 @@ from prep.cli.exits import at_least
 from prep.errors import PrepError
 from prep.plan import STRATEGIES
 from prep.plan.spec import DEFAULT_SPLITS
-from prep.ray_runtime import parse_resources
+from prep.runtime.ray_cluster import parse_resources
 
 if TYPE_CHECKING:
-    from prep.manifest import Manifest
+    from prep.contracts.manifest import Manifest
 
 __all__ = ["register"]
 

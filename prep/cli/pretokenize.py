@@ -24,8 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prep.config import load_config
-    from prep.prepare.pretokenize import PretokenizeConfig, format_summary, run_pretokenize
+    from prep.runtime.config import load_config
+    from prep.prepare.text.pretokenize import PretokenizeConfig, format_summary, run_pretokenize
 
     cfg = load_config(PretokenizeConfig, args.config, tokenizer=args.tokenizer, **job_overrides(args))
     summary = run_pretokenize(cfg)

@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prep.prewarm import prewarm
+    from prep.cache.prewarm import prewarm
 
     summary = prewarm(args.path, cache=args.cache, rank=args.rank, world_size=args.world_size, epochs=args.epochs,
                       overwrite=args.overwrite, max_bytes=args.max_bytes, threads=args.threads, progress=True)

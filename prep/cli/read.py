@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prep.progress import Bar
+    from prep.runtime.progress import Bar
     from prep.reader import ReaderDataset
 
     ds = ReaderDataset(args.path, global_batch_size=args.global_batch_size, rank=args.rank,

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prep.verify import verify
+    from prep.materialize.verify import verify
 
     report = verify(args.path, check_ids=not args.no_ids)
     print("\n".join(report.lines()))

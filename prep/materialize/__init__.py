@@ -12,15 +12,15 @@ works, measurements and trade-offs: docs/materialize.md. In short:
    cluster the tasks run on Ray (:mod:`prep.materialize.on_ray`; small clumps
    through a shared gather pass, :mod:`prep.materialize.gather`); on one machine
    on threads of this process, from rows held in memory
-   (:mod:`prep.materialize.local`). :func:`prep.ray_runtime.use_ray` decides;
+   (:mod:`prep.materialize.local`). :func:`prep.runtime.ray_cluster.use_ray` decides;
    both write identical outputs.
 3. ``manifest.json`` is written last, atomically; a rerun skips splits already
    done (:mod:`prep.materialize.run`).
 
 Modules:
 
-- :mod:`prep.plan.spec`: the plan (:class:`~prep.plan.spec.PlanSpec`); :mod:`prep.manifest`: the manifest
-- :mod:`prep.materialize.layout`: the files of an output, and which of them prep may remove
+- :mod:`prep.plan.spec`: the plan (:class:`~prep.plan.spec.PlanSpec`); :mod:`prep.contracts.manifest`: the manifest
+- :mod:`prep.contracts.materialized`: the files of an output, and which of them prep may remove
 - :mod:`prep.materialize.job`: the :class:`Job` tasks receive, the per-worker dataset cache
 - :mod:`prep.materialize.rows`: reading selected rows, ids, hash keys; the filter sidecar
 - :mod:`prep.materialize.held`: rows held in memory, taken into a split's read order

@@ -10,9 +10,11 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from prep import lance_io, storage
+from prep.io import lance_tables
+
+from prep.io import storage
 from prep.errors import PrepError, one_line
-from prep.manifest import Manifest
+from prep.contracts.manifest import Manifest
 from prep.plan.spec import PlanSpec
 
 __all__ = ["DEFAULT_LANCE_FORMAT", "Job", "job_for_manifest"]
@@ -74,7 +76,7 @@ def job_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None
 
 @functools.lru_cache(maxsize=8)
 def _open(uri: str, version: int | None, options: tuple[tuple[str, str], ...] | None, run_id: str):
-    return lance_io.open_table(uri, version=version, storage_options=dict(options) if options else None)
+    return lance_tables.open_table(uri, version=version, storage_options=dict(options) if options else None)
 
 
 def _dataset(job: Job, uri: str, version: int | None = None):

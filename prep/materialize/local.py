@@ -1,6 +1,6 @@
 """The local executor: the (epoch, split) tasks on a thread pool in this process, without Ray.
 
-Chosen when there is no cluster (:func:`prep.ray_runtime.use_ray`): on one
+Chosen when there is no cluster (:func:`prep.runtime.ray_cluster.use_ray`): on one
 machine a fresh Ray costs seconds of start-up and an object store, and buys
 nothing, since Lance and Arrow release the GIL while they read, take, hash
 and write. The output is identical to the Ray executor's (same splits, same

@@ -34,12 +34,12 @@ import numpy as np
 import pyarrow as pa
 
 from prep import __version__ as prep_version
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
-from prep.manifest import MANIFEST, Epoch, Manifest, MixtureTable, Source, SplitFile, read_manifest, write_manifest
+from prep.contracts.manifest import MANIFEST, Epoch, Manifest, MixtureTable, Source, SplitFile, read_manifest, write_manifest
 from prep.materialize.held import Held
 from prep.materialize.job import DEFAULT_LANCE_FORMAT
-from prep.materialize.layout import JOB_FILE, JOB_NAME
+from prep.contracts.materialized import JOB_FILE, JOB_NAME
 from prep.materialize.local import HOLD_BYTES, run_all
 from prep.materialize.mixture_sources import (SOURCE_COLUMN, OpenSource, check_repeats, epoch_rows_for, open_sources,
                                               output_schema, plan_sources, row_tokens)
@@ -47,8 +47,8 @@ from prep.materialize.run import Executor, check_plan, check_run_args, done_reco
 from prep.materialize.write import write_split_dataset
 from prep.plan import mixture as mixplan
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
-from prep.progress import Bar
-from prep.ray_runtime import use_ray
+from prep.runtime.progress import Bar
+from prep.runtime.ray_cluster import use_ray
 
 __all__ = ["materialize_mixture", "MixtureJob", "epoch_plan"]
 
@@ -194,7 +194,7 @@ def _on_ray(job: MixtureJob, calls: list[tuple], address: str | None, num_cpus: 
     import ray
 
     from prep.materialize.on_ray import collect, released
-    from prep.ray_runtime import init_ray
+    from prep.runtime.ray_cluster import init_ray
 
     init_ray(address, num_cpus=num_cpus)
     remote = ray.remote(num_cpus=1, max_retries=2, resources=resources or None)(released)

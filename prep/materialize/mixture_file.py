@@ -11,7 +11,7 @@
 Optional top-level keys: ``epoch_rows`` or ``epoch_tokens`` (default: as many rows as
 the sources hold together), ``seed`` (0), ``clump`` (1). Per source: ``filter``,
 ``columns``, ``max_repeats``. An unknown key or a wrong type is a one-line error naming
-the file and the key (:func:`prep.config.load_config`). Relative table paths resolve
+the file and the key (:func:`prep.runtime.config.load_config`). Relative table paths resolve
 from the current directory, like every prep config.
 """
 
@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from prep.config import ConfigModel, load_config
+from prep.runtime.config import ConfigModel, load_config
 from prep.errors import PrepError
 from prep.plan.spec import MixtureSource, MixtureSpec, PlanSpec
 

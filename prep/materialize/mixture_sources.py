@@ -18,7 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prep import lance_io, storage
+from prep.io import lance_tables
+
+from prep.io import storage
 from prep.errors import PrepError
 from prep.plan import mixture
 from prep.plan.spec import MixtureSource, MixtureSpec
@@ -83,8 +85,8 @@ def _open(index: int, src: MixtureSource, s3: storage.S3Options, need_lengths: b
     if not storage.is_remote(uri) and not os.path.exists(uri):
         raise PrepError(f"mixture source {index} table {src.table}: no such path; pass a prepared Lance table")
     opts = storage.lance_storage_options(uri, s3)
-    version = src.version or lance_io.open_table(uri, storage_options=opts).version
-    ds = lance_io.open_table(uri, version=version, storage_options=opts)
+    version = src.version or lance_tables.open_table(uri, storage_options=opts).version
+    ds = lance_tables.open_table(uri, version=version, storage_options=opts)
     addresses = None
     if src.filter:
         try:
@@ -96,7 +98,7 @@ def _open(index: int, src: MixtureSource, s3: storage.S3Options, need_lengths: b
         cols = ["length"] if "length" in ds.schema.names else ["input_ids"]
         lengths = row_tokens(ds.to_table(columns=cols, filter=src.filter))
     opened = OpenSource(index=index, spec=replace(src, table=uri, version=version), dataset=ds,
-                        metadata=lance_io.prep_metadata(ds), num_rows=ds.count_rows(), addresses=addresses, lengths=lengths)
+                        metadata=lance_tables.prep_metadata(ds), num_rows=ds.count_rows(), addresses=addresses, lengths=lengths)
     if opened.selected == 0:
         why = f"its filter {src.filter!r} selects none of its {opened.num_rows:,} rows" if src.filter else "it is empty"
         raise PrepError(f"mixture source {uri} (version {version}): {why}; drop it or loosen the filter")

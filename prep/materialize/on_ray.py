@@ -1,6 +1,6 @@
 """The Ray executor: one Ray task per (epoch, split), for runs on a cluster.
 
-Chosen when there is a cluster to use (:func:`prep.ray_runtime.use_ray`).
+Chosen when there is a cluster to use (:func:`prep.runtime.ray_cluster.use_ray`).
 Small clumps go through the gather pass (:mod:`prep.materialize.gather`),
 everything else through Lance takes in the split tasks. A task's error
 cancels the others and is re-raised in the driver as one line naming the
@@ -20,7 +20,7 @@ from prep.materialize.gather import _gather_pieces, _write_gathered
 from prep.materialize.held import reads_scattered
 from prep.materialize.job import Job, _run_task
 from prep.materialize.write import _write_split
-from prep.ray_runtime import init_ray
+from prep.runtime.ray_cluster import init_ray
 
 __all__ = ["run_on_ray", "released", "collect"]
 

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from prep import lance_io
+from prep.io import lance_tables
 from prep.errors import PrepError
 from prep.materialize.job import Job, _dataset
 from prep.plan import hash as plan_hash
@@ -81,7 +81,7 @@ def _write_selection(job: Job, source: Any, uri: str) -> int:
         reader = scanner.to_reader()
     except (ValueError, OSError) as exc:
         raise PrepError(f"--filter {filt!r} is not a valid filter for {job.source}: {str(exc).splitlines()[0][:300]}") from None
-    meta = {lance_io.METADATA_KEY: json.dumps({"fingerprint": job.fingerprint})}
+    meta = {lance_tables.METADATA_KEY: json.dumps({"fingerprint": job.fingerprint})}
     schema = pa.schema([("row_address", pa.uint64())], metadata=meta)
     count = 0
 
@@ -96,7 +96,7 @@ def _write_selection(job: Job, source: Any, uri: str) -> int:
 
     import lance
 
-    lance_io.remove_table(uri, job.s3)
+    lance_tables.remove_table(uri, job.s3)
     lance.write_dataset(pa.RecordBatchReader.from_batches(schema, batches()), uri, schema=schema, mode="create",
                         storage_options=job.lance_options(uri))
     return count

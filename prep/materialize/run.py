@@ -15,18 +15,19 @@ from dataclasses import replace
 from typing import Any, Literal, Sequence, get_args
 
 from prep import __version__ as prep_version
-from prep import lance_io, storage
+from prep.io import lance_tables
+from prep.io import storage
 from prep.errors import PrepError
-from prep.jsonfile import read_json_file
-from prep.manifest import MANIFEST, Epoch, Manifest, Source, SplitFile, read_manifest, write_manifest
+from prep.io.jsonfile import read_json_file
+from prep.contracts.manifest import MANIFEST, Epoch, Manifest, Source, SplitFile, read_manifest, write_manifest
 from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset
-from prep.materialize.layout import JOB_FILE, JOB_NAME, WORK, owned_entries
+from prep.contracts.materialized import JOB_FILE, JOB_NAME, WORK, owned_entries
 from prep.materialize.local import run_local
 from prep.materialize.rows import _write_selection, hash_keys_for
 from prep.materialize.write import SplitOutput
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
-from prep.progress import Bar
-from prep.ray_runtime import use_ray
+from prep.runtime.progress import Bar
+from prep.runtime.ray_cluster import use_ray
 
 __all__ = ["materialize_shuffle", "Executor", "EXECUTORS", "existing_output", "check_plan", "done_records",
            "check_run_args"]
@@ -170,7 +171,7 @@ def materialize_shuffle(
         num_cpus: CPUs of a local Ray, or threads of the local executor (default: all).
         ray_resources: custom Ray resources each task asks for (pins tasks to the nodes offering them).
         executor: ``"auto"`` (default: Ray when there is a cluster, see
-            :func:`prep.ray_runtime.use_ray`, else this process), ``"ray"`` (a
+            :func:`prep.runtime.ray_cluster.use_ray`, else this process), ``"ray"`` (a
             local Ray is started when there is no cluster) or ``"local"``. Both
             write identical outputs.
 
@@ -214,7 +215,7 @@ def _resolve(table: str, output: str, spec: PlanSpec, *, overwrite: bool, s3: st
     old = existing_output(output, s3)
     if not storage.is_remote(source_uri) and not os.path.exists(source_uri):
         raise PrepError(f"--table {table}: no such path; pass a prepared Lance table (see `prep pretokenize`)")
-    source = lance_io.open_table(source_uri, storage_options=storage.lance_storage_options(source_uri, s3))
+    source = lance_tables.open_table(source_uri, storage_options=storage.lance_storage_options(source_uri, s3))
     version, total = source.version, source.count_rows()
     if total == 0:
         raise PrepError(f"table {source_uri} (version {version}) is empty: there is nothing to shuffle")
@@ -243,7 +244,7 @@ def _select(job: Job, source: Any) -> Job:
     filt = job.plan.filter
     if filt:
         sel = storage.join(job.output, WORK, "selection.lance")
-        meta = lance_io.prep_metadata(_dataset(job, sel)) if lance_io.table_exists(sel, job.lance_options(sel)) else {}
+        meta = lance_tables.prep_metadata(_dataset(job, sel)) if lance_tables.table_exists(sel, job.lance_options(sel)) else {}
         if meta.get("fingerprint") == job.fingerprint:
             selected = _dataset(job, sel).count_rows()
         else:
@@ -303,7 +304,7 @@ def _manifest(job: Job, source: Any, run_epochs: range, done: dict[tuple[int, in
             SplitFile(split=r["split"], path=r["path"], num_rows=r["num_rows"], checksum=r["checksum"]) for r in files))
     return Manifest(
         prep_version=prep_version, fingerprint=job.fingerprint,
-        source=Source(uri=job.source, version=job.version, num_rows=source.count_rows(), metadata=lance_io.prep_metadata(source)),
+        source=Source(uri=job.source, version=job.version, num_rows=source.count_rows(), metadata=lance_tables.prep_metadata(source)),
         plan=job.plan, num_selected_rows=job.num_selected, columns=job.columns,
         epochs=tuple(epochs[e] for e in sorted(epochs)),
     )

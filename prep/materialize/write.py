@@ -18,12 +18,16 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 import numpy as np
 import pyarrow as pa
 
-from prep import lance_io, plan, storage
+from prep import plan
+
+from prep.io import lance_tables
+
+from prep.io import storage
 from prep.materialize.held import Held
 from prep.materialize.job import Job, _dataset
-from prep.checksum import Checksum
-from prep.manifest import split_path
-from prep.materialize.layout import done_path
+from prep.io.checksum import Checksum
+from prep.contracts.manifest import split_path
+from prep.contracts.materialized import done_path
 from prep.materialize.rows import read_rows
 
 __all__ = ["SplitOutput", "write_split_dataset"]
@@ -79,7 +83,7 @@ def write_split_dataset(job: SplitOutput, epoch: int, split: int, schema: pa.Sch
 
     rel = split_path(epoch, split)
     uri = storage.join(job.output, rel)
-    lance_io.remove_table(uri, job.s3)  # a killed attempt may have left data files
+    lance_tables.remove_table(uri, job.s3)  # a killed attempt may have left data files
     checksum = Checksum()
 
     def counted() -> Iterator[pa.RecordBatch]:

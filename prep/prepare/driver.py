@@ -23,16 +23,17 @@ from typing import Any, Callable, Protocol
 import pyarrow as pa
 
 import prep
-from prep import lance_io, storage
-from prep.lance_io import TABLE_FORMAT
-from prep.config import JobConfig, config_hash
+from prep.io import lance_tables
+from prep.io import storage
+from prep.io.lance_tables import TABLE_FORMAT
+from prep.runtime.config import JobConfig, config_hash
 from prep.errors import PrepError
-from prep.progress import Bar
+from prep.runtime.progress import Bar
 from prep.prepare.isolation import Limits
-from prep.prepare.job import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
-from prep.outputs import claim_outputs
+from prep.prepare.chunk_runner import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
+from prep.contracts.ownership import claim_outputs
 from prep.prepare.rejects import REJECTS_SCHEMA
-from prep.ray_runtime import use_ray
+from prep.runtime.ray_cluster import use_ray
 
 __all__ = ["JobPlan", "PrepareJob", "run_prepare", "executor_for", "where_it_ran", "commit_and_reconcile"]
 
@@ -157,7 +158,7 @@ def where_it_ran(summary: dict[str, Any]) -> str:
 
 
 def executor_for(cfg: JobConfig) -> Executor:
-    """``cfg.executor``, with ``auto`` resolved: Ray when there is a cluster to use (:func:`prep.ray_runtime.use_ray`)."""
+    """``cfg.executor``, with ``auto`` resolved: Ray when there is a cluster to use (:func:`prep.runtime.ray_cluster.use_ray`)."""
     if cfg.executor != "auto":
         return cfg.executor
     return "ray" if use_ray(cfg.ray.address) else "local"
@@ -183,7 +184,7 @@ def commit_and_reconcile(
     """
     rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
     reject_fragments = [f for r in results for f in r.reject_fragments]
-    rej = lance_io.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata={"of": output}, storage_options=rejects_opts)
+    rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata={"of": output}, storage_options=rejects_opts)
     rejected_rows = rej.count_rows(filter="position != 'file'")
     fragments = [f for r in results for f in r.fragments]
     in_fragments = sum(f.physical_rows for f in fragments)
@@ -191,7 +192,7 @@ def commit_and_reconcile(
     _check("rows the workers rejected", counts["rows_rejected"], f"rows in {rejects}", rejected_rows)
     _check("files the workers rejected", counts["files_rejected"], f"files in {rejects}", rej.count_rows() - rejected_rows)
     _check("rows the workers wrote", counts["rows_written"], "rows in the written fragments", in_fragments)
-    table = lance_io.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
+    table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
     _check("rows in the written fragments", in_fragments, f"rows committed to {output}", table.count_rows())
 
 

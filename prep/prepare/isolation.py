@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from prep.config import JobConfig
+from prep.runtime.config import JobConfig
 from prep.errors import PrepError
-from prep.ray_runtime import WORKER_ENV
+from prep.runtime.ray_cluster import WORKER_ENV
 
 __all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "run_isolated", "stop_sandboxes"]
 

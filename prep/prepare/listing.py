@@ -14,7 +14,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
 
 __all__ = ["ListedFile", "Listing", "list_input", "row_group_ranges"]

@@ -2,7 +2,7 @@
 
 ``ReaderDataset(..., cache_dir=DIR)`` wraps the materialized output in a :class:`CachedLayout`:
 
-* a split whose verified copy is in the cache (:class:`prep.cache.SplitCache`) is read from
+* a split whose verified copy is in the cache (:class:`prep.cache.store.SplitCache`) is read from
   local disk, under a lease that keeps every process from evicting it;
 * any other split is read from the remote at first, while the :class:`FetchStage` (background
   threads, large whole-object GETs) copies it; the next read after the copy is verified
@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from prep.cache import Key, Lease, SplitCache
+from prep.cache.store import Key, Lease, SplitCache
 from prep.errors import PrepError, one_line
 from prep.reader import forksafe
 from prep.reader.source import SplitTable

@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from prep import storage
-from prep.cache import SplitCache
+from prep.io import storage
+from prep.cache.store import SplitCache
 from prep.errors import PrepError
-from prep.manifest import Manifest, read_manifest
+from prep.contracts.manifest import Manifest, read_manifest
 from prep.plan.spec import PlanSpec
 from prep.reader import forksafe
 from prep.reader import state as st
@@ -34,7 +34,7 @@ from prep.reader.pipeline import Pipeline
 from prep.reader.schedule import Schedule
 from prep.reader.spec import TEXT_KINDS, row_bytes, spec_from_metadata
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
-from prep.world import rank_and_world_size, rows_per_split_step, splits_for_rank
+from prep.runtime.world import rank_and_world_size, rows_per_split_step, splits_for_rank
 
 __all__ = ["ReaderDataset"]
 
@@ -47,7 +47,7 @@ class ReaderDataset(IterableDataset):
             when ``plan`` is given.
         global_batch_size: rows per global step, a multiple of the number of splits.
         rank: this rank (default: an initialised ``torch.distributed`` group, else ``RANK``, else
-            ``SLURM_PROCID``, else 0; see :func:`prep.world.rank_and_world_size`).
+            ``SLURM_PROCID``, else 0; see :func:`prep.runtime.world.rank_and_world_size`).
         world_size: ranks (default: from the same source as the rank); must divide the number of splits.
         epochs: which epochs to read (default: all in the manifest; with ``plan``: an int n reads 0..n-1).
         plan: read a prepared table directly with this shuffle plan (a :class:`prep.plan.spec.PlanSpec`,

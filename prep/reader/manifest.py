@@ -1,4 +1,4 @@
-"""Open a materialized output: its manifest (read by :func:`prep.manifest.read_manifest`), its split datasets.
+"""Open a materialized output: its manifest (read by :func:`prep.contracts.manifest.read_manifest`), its split datasets.
 
 The manifest (``docs/architecture.md``, "Materialized epochs") is the only thing
 the reader trusts: it names every (epoch, split) dataset and its row count, and
@@ -15,9 +15,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
-from prep.manifest import read_manifest
+from prep.contracts.manifest import read_manifest
 from prep.reader.source import SplitTable
 
 __all__ = ["Materialized"]

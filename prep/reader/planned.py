@@ -15,9 +15,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from prep import plan as planlib
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
-from prep.lance_io import open_table, prep_metadata
+from prep.io.lance_tables import open_table, prep_metadata
 from prep.plan.hash import row_keys
 from prep.plan.spec import PlanSpec
 from prep.reader import forksafe

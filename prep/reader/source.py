@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
 from prep.reader import buffers, forksafe
 from prep.reader.collate import Chunk

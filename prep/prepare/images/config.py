@@ -3,7 +3,7 @@
 Every key has a default except ``input`` and ``output``, so the smallest config is
 two lines. Cross-key rules (store something; a size that fits) are checked here,
 before Ray starts, and fail as one-line :class:`~prep.errors.PrepError` s via
-:func:`prep.config.load_config`.
+:func:`prep.runtime.config.load_config`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from prep.config import JobConfig
+from prep.runtime.config import JobConfig
 
 __all__ = ["ImagesConfig", "SourceKind", "Interpolation"]
 

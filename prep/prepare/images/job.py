@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import pyarrow as pa
 import torchvision
 
-from prep import storage
+from prep.io import storage
 from prep.prepare.driver import JobPlan, run_prepare, where_it_ran
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan

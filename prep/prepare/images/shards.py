@@ -16,7 +16,7 @@ import tarfile
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from prep import storage
+from prep.io import storage
 from prep.prepare.ids import key_hash
 from prep.prepare.images.samples import Sample
 from prep.prepare.rejects import Reject

@@ -19,7 +19,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
 from prep.prepare.images import shards, tables
 from prep.prepare.images.config import ImagesConfig

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.listing import row_group_ranges

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
 from prep.prepare.ids import stable_ids
 from prep.prepare.images.config import ImagesConfig
@@ -25,7 +25,7 @@ from prep.prepare.images.labels import LabelError, LabelMap
 from prep.prepare.images.sources import read_chunk
 from prep.prepare.images.transform import Fit, fit
 from prep.prepare.isolation import NO_PROGRESS, Progress
-from prep.prepare.job import ChunkOutput
+from prep.prepare.chunk_runner import ChunkOutput
 from prep.prepare.rejects import Reject
 
 __all__ = ["ImageChunkWorker", "table_schema", "BLOB_METADATA", "RAW_METADATA"]

@@ -5,7 +5,7 @@ marks the directory as one prep may write into and clean up (only the files of
 this layout, never anything else there). Each (epoch, split) is
 ``OUT/epoch-EEEEE/split-SSSSS.lance`` followed by ``split-SSSSS.done.json``
 (rows, content checksum); ``OUT/_work`` holds scratch data of a run (the filter
-sidecar); ``manifest.json`` is written last, atomically (:mod:`prep.manifest`
+sidecar); ``manifest.json`` is written last, atomically (:mod:`prep.contracts.manifest`
 reads and writes it). Layout and manifest: docs/architecture.md ("Materialized epochs").
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from prep.manifest import MANIFEST, split_path
-from prep.outputs import MARKER
+from prep.contracts.manifest import MANIFEST, split_path
+from prep.contracts.ownership import MARKER
 
 __all__ = ["JOB_FILE", "JOB_NAME", "WORK", "done_path", "owned_entries"]
 

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prep import lance_io, storage
-from prep.checksum import dataset_checksum
+from prep.io import lance_tables
+
+from prep.io import storage
+from prep.io.checksum import dataset_checksum
 from prep.errors import PrepError, one_line
-from prep.manifest import Manifest
+from prep.contracts.manifest import Manifest
 from prep.materialize.mixture import epoch_plan
 from prep.materialize.mixture_sources import SOURCE_COLUMN, OpenSource, open_sources, row_tokens
 from prep.plan import mixture as mixplan
@@ -47,7 +49,7 @@ def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None
     out = Findings()
     p, mix = manifest.plan, manifest.plan.mixture
     for src in mix.sources:
-        latest = lance_io.open_table(src.table, storage_options=storage.lance_storage_options(src.table, s3)).version
+        latest = lance_tables.open_table(src.table, storage_options=storage.lance_storage_options(src.table, s3)).version
         if latest != src.version:
             out.problems.append(f"mixture table {src.table} changed: materialized from version {src.version}, now at "
                                 f"version {latest}; re-run materialize-shuffle (with --overwrite)")
@@ -76,7 +78,7 @@ def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None
             at = mixplan.split_positions(mix.epoch_rows, g, p.num_splits, sp.split)
             try:
                 count, checksum = dataset_checksum(uri, storage.lance_storage_options(uri, s3))
-                table = lance_io.open_table(uri, storage_options=storage.lance_storage_options(uri, s3)).to_table(
+                table = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3)).to_table(
                     columns=[c for c in ("id", SOURCE_COLUMN) if c in manifest.columns] + token_columns)
             except (PrepError, OSError, ValueError) as exc:
                 out.problems.append(f"{where}: {uri} cannot be read ({one_line(exc)}): rerun materialize-shuffle")

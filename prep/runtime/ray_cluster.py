@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from prep import logs
+from prep.runtime import logs
 
 __all__ = ["init_ray", "use_ray", "parse_resources", "WORKER_ENV"]
 
@@ -48,7 +48,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None
     else starts a local Ray with ``num_cpus`` CPUs. A no-op when Ray is already up.
 
     Ray's banner, its token-auth notice, Ray Data's INFO lines and the workers' output
-    reach the terminal only with ``prep -v`` (:mod:`prep.logs`).
+    reach the terminal only with ``prep -v`` (:mod:`prep.runtime.logs`).
     """
     import ray
 
@@ -62,7 +62,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None
     else:
         ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False, **talk)
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False  # prep draws one bar per job (prep.progress), not one per operator
+    ctx.enable_progress_bars = False  # prep draws one bar per job (prep.runtime.progress), not one per operator
     ctx.print_on_execution_start = False
     logs.quiet_third_party()  # ray.init and the ray.data import just reset their loggers' levels
     log.info("ray: %s", ray.cluster_resources())

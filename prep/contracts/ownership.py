@@ -27,7 +27,8 @@ from datetime import datetime, timezone
 from typing import Literal
 
 import prep
-from prep import lance_io, storage
+from prep.io import lance_tables
+from prep.io import storage
 from prep.errors import PrepError, one_line
 
 __all__ = ["MARKER", "OutputClaim", "inspect_output", "claim_outputs"]
@@ -74,8 +75,8 @@ def inspect_output(uri: str, s3: storage.S3Options | None = None) -> OutputClaim
         shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
         raise PrepError(f"{uri} exists and holds files prep did not write ({shown}); choose another output path or move them")
     if "_versions" in names:
-        ds = lance_io.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
-        if MARKER not in names and not lance_io.prep_metadata(ds):
+        ds = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
+        if MARKER not in names and not lance_tables.prep_metadata(ds):
             raise PrepError(f"{uri} is a Lance table that prep did not write; prep replaces only its own tables: choose another output path")
         return OutputClaim(uri, "table")
     if MARKER not in names:

@@ -16,8 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from prep.errors import PrepError
-from prep.retry import RetryPolicy
-from prep.storage import S3Options
+from prep.io.retry import RetryPolicy
+from prep.io.storage import S3Options
 
 __all__ = ["ConfigModel", "RetryConfig", "S3Config", "RayConfig", "JobConfig", "load_config", "config_hash"]
 
@@ -31,7 +31,7 @@ class ConfigModel(BaseModel):
 
 
 class RetryConfig(ConfigModel):
-    """How remote requests are retried (see :class:`prep.retry.RetryPolicy`)."""
+    """How remote requests are retried (see :class:`prep.io.retry.RetryPolicy`)."""
 
     max_attempts: int = Field(default=RetryPolicy.max_attempts, ge=1)
     base_s: float = Field(default=RetryPolicy.base_s, gt=0)

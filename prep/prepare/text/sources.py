@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError, one_line
 from prep.prepare.listing import ListedFile, list_input, row_group_ranges
 from prep.prepare.rejects import Reject

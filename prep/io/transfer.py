@@ -3,8 +3,8 @@
 Each object is one sequential GET into a file beside the destination; the copy appears
 under its final name only when every object arrived whole (sizes checked against the
 listing), so a kill at any moment leaves a ``.tmp-*`` directory and never a short copy.
-Requests go through prep's own retry loop (:func:`prep.retry.call`) on a filesystem that
-tries each request once, and at most :class:`~prep.retry.Aimd` ``limit`` objects are in
+Requests go through prep's own retry loop (:func:`prep.io.retry.call`) on a filesystem that
+tries each request once, and at most :class:`~prep.io.retry.Aimd` ``limit`` objects are in
 flight: halved when the store throttles, grown back by one per round of successes.
 """
 
@@ -18,8 +18,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from prep import storage
-from prep.retry import Aimd, RetryCounter, call
+from prep.io import storage
+from prep.io.retry import Aimd, RetryCounter, call
 
 __all__ = ["Fetcher", "FetchCounters", "ShortBody", "remove_tree"]
 

@@ -26,8 +26,10 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 
 import pyarrow as pa
 
-from prep import lance_io, storage
-from prep.config import JobConfig
+from prep.io import lance_tables
+
+from prep.io import storage
+from prep.runtime.config import JobConfig
 from prep.errors import PrepError
 from prep.prepare.isolation import FAULTS_ENV, Limits, Progress, run_isolated
 from prep.prepare.rejects import Reject, rejects_table
@@ -80,10 +82,10 @@ def _run_chunk(
     t0 = time.perf_counter()
     try:
         out = worker(chunk, progress)
-        frags = lance_io.write_fragments(
+        frags = lance_tables.write_fragments(
             out.table, output_uri, storage_options=storage_options, max_rows_per_file=max_rows_per_file
         ) if isinstance(out.table, pa.RecordBatchReader) or out.table.num_rows else []
-        rej = lance_io.write_fragments(
+        rej = lance_tables.write_fragments(
             rejects_table(out.rejects), rejects_uri, storage_options=storage_options
         ) if out.rejects else []
         out.counts["rejects_written"] += len(out.rejects)
@@ -115,7 +117,7 @@ def _process(batch: pa.Table, *, limits: Limits, faults: str | None, **kwargs: A
 
 def start_ray(cfg: JobConfig) -> float:
     """Joins or starts Ray as the config says; returns the seconds it took."""
-    from prep.ray_runtime import init_ray
+    from prep.runtime.ray_cluster import init_ray
 
     t0 = time.perf_counter()
     init_ray(cfg.ray.address, num_cpus=cfg.ray.num_cpus)
@@ -133,7 +135,7 @@ def total_counts(results: Iterable[ChunkResult], required: Iterable[str]) -> Cou
 def drop_old_versions(cfg: JobConfig, s3: storage.S3Options) -> None:
     """After an overwrite: deletes the replaced versions' files of the table and its rejects."""
     for uri in (cfg.output, cfg.rejects_uri):
-        ds = lance_io.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
+        ds = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
         ds.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
 
 

@@ -88,7 +88,7 @@ def inspect_figure(report: dict[str, Any], out: str) -> None:
 
 
 def bench_figure(result: Any, out: str) -> None:
-    """Queue depths (rows raw and prefetched) and consumed rows/s over the run of a :class:`prep.bench.BenchResult`."""
+    """Queue depths (rows raw and prefetched) and consumed rows/s over the run of a :class:`prep.tools.bench.BenchResult`."""
     plt = _pyplot()
     s = result.samples
     t = np.array([x.t for x in s])

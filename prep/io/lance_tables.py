@@ -15,7 +15,7 @@ import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError, one_line
 
 __all__ = [

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from prep.errors import PrepError
-from prep.prepare.chat_template import compile_chat_template
-from prep.prepare.tokenizer import ResolvedTokenizer
+from prep.prepare.text.chat_template import compile_chat_template
+from prep.prepare.text.tokenizer import ResolvedTokenizer
 
 __all__ = ["Segments", "RowError", "SFTFormatter", "TextFormatter"]
 

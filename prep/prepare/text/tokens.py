@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from prep.prepare.formats import Segments
+from prep.prepare.text.formats import Segments
 
 __all__ = ["TokenRows", "Packed", "encode_segments", "limit_length", "pack", "OverlongPolicy"]
 

@@ -19,11 +19,12 @@ import numpy as np
 import pyarrow.compute as pc
 
 import prep
-from prep import lance_io, storage
+from prep.io import lance_tables
+from prep.io import storage
 from prep.errors import PrepError
-from prep.lance_io import TABLE_FORMAT
-from prep.manifest import MANIFEST, Manifest, read_manifest
-from prep.outputs import MARKER
+from prep.io.lance_tables import TABLE_FORMAT
+from prep.contracts.manifest import MANIFEST, Manifest, read_manifest
+from prep.contracts.ownership import MARKER
 
 __all__ = ["Kind", "is_materialized", "open_prepared", "inspect_path", "decode_rows", "reason_group", "format_report", "to_json", "PERCENTILES"]
 
@@ -52,8 +53,8 @@ def open_prepared(path: str, s3: storage.S3Options | None = None) -> tuple[Kind,
         what = "does not exist" if not storage.exists(path, s3) else "is not a Lance table or a materialized output"
         raise PrepError(f"{path} {what}: `prep inspect` takes a table from `prep pretokenize`/`prep decode-images`, "
                         f"its .rejects.lance table, or an output of `prep materialize-shuffle`")
-    ds = lance_io.open_table(path, storage_options=storage.lance_storage_options(path, s3))
-    meta = lance_io.prep_metadata(ds)
+    ds = lance_tables.open_table(path, storage_options=storage.lance_storage_options(path, s3))
+    meta = lance_tables.prep_metadata(ds)
     if "of" in meta and "format" not in meta:
         return "rejects", ds
     fmt = meta.get("format")
@@ -93,7 +94,7 @@ def _versions(meta: dict[str, Any]) -> dict[str, str]:
 
 
 def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options | None) -> dict[str, Any]:
-    meta = lance_io.prep_metadata(ds)
+    meta = lance_tables.prep_metadata(ds)
     report: dict[str, Any] = {
         "table_kind": meta.get("kind"),
         "version": ds.version,
@@ -111,7 +112,7 @@ def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options |
         report.update(_text(ds, meta, rows))
     rejects_uri = meta.get("rejects_uri")
     if rejects_uri and storage.exists(storage.join(rejects_uri, "_versions"), s3):
-        rej = lance_io.open_table(rejects_uri, storage_options=storage.lance_storage_options(rejects_uri, s3))
+        rej = lance_tables.open_table(rejects_uri, storage_options=storage.lance_storage_options(rejects_uri, s3))
         report["rejects"] = {"path": rejects_uri, **_rejects(rejects_uri, rej, 0)}
     else:
         report["rejects"] = {"path": rejects_uri, "missing": True}
@@ -139,7 +140,7 @@ def decode_rows(rows: list[dict[str, Any]], tokenizer: str | None) -> list[dict[
     """Rows back to text, in runs of trained (loss_mask 1) and masked (0) tokens; ids only without a tokenizer."""
     tok = None
     if tokenizer:
-        from prep.prepare.tokenizer import load_tokenizer
+        from prep.prepare.text.tokenizer import load_tokenizer
 
         tok = load_tokenizer(tokenizer)
     out = []
@@ -193,7 +194,7 @@ def _rejects(path: str, ds: lance.LanceDataset, rows: int) -> dict[str, Any]:
         if len(g["examples"]) < max(_EXAMPLES_PER_REASON, rows):
             g["examples"].append({"source": source, "position": position, "reason": reason, "raw": (raw or "")[:160]})
     ordered = dict(sorted(groups.items(), key=lambda kv: -kv[1]["count"]))
-    return {"num_rows": t.num_rows, "of": lance_io.prep_metadata(ds).get("of"),
+    return {"num_rows": t.num_rows, "of": lance_tables.prep_metadata(ds).get("of"),
             "files_rejected": int(pc.sum(pc.equal(t["position"], "file")).as_py() or 0), "reasons": ordered}
 
 
@@ -223,7 +224,7 @@ def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[st
         report["source_shares"] = shares
     if rows:
         first = manifest.epochs[0].splits[0].path
-        split = lance_io.open_table(storage.join(path, first), storage_options=storage.lance_storage_options(path, s3))
+        split = lance_tables.open_table(storage.join(path, first), storage_options=storage.lance_storage_options(path, s3))
         head = split.head(rows).to_pylist()
         if "input_ids" in split.schema.names:
             report["samples"] = decode_rows(head, (meta.get("tokenizer") or {}).get("name"))
@@ -238,7 +239,7 @@ def _source_shares(path: str, manifest: Manifest, s3: storage.S3Options | None) 
         return None
     shares: Counter = Counter()
     for f in manifest.epochs[0].splits:
-        t = lance_io.open_table(storage.join(path, f.path), storage_options=storage.lance_storage_options(path, s3))
+        t = lance_tables.open_table(storage.join(path, f.path), storage_options=storage.lance_storage_options(path, s3))
         shares.update(t.to_table(columns=["source"])["source"].to_pylist())
     if len(shares) > _MAX_SOURCES:  # one source per row (image files), not the parts of a mixture
         return None

@@ -2,7 +2,7 @@
 
 One small wrapper over tqdm so every command's bar looks alike and obeys the same
 rule: drawn on stderr only when stderr is a terminal and the user did not pass
-``--quiet`` (see :mod:`prep.logs`); otherwise every call is a cheap no-op, so
+``--quiet`` (see :mod:`prep.runtime.logs`); otherwise every call is a cheap no-op, so
 logs, pipes and CI output stay clean.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from prep import logs
+from prep.runtime import logs
 
 __all__ = ["Bar", "enabled"]
 

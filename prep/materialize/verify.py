@@ -8,9 +8,9 @@ order-free fingerprint of all ids, compared with the source's). The source
 table must still be at the version the manifest names: a newer version is a
 failure, since the plan's positions would point at other rows.
 
-A mixture is checked by :mod:`prep.verify_mixture` (per global batch proportions
-against the recomputed plan). The content checksum is :mod:`prep.checksum`'s, the manifest is read by
-:func:`prep.manifest.read_manifest`.
+A mixture is checked by :mod:`prep.materialize.verify_mixture` (per global batch proportions
+against the recomputed plan). The content checksum is :mod:`prep.io.checksum`'s, the manifest is read by
+:func:`prep.contracts.manifest.read_manifest`.
 """
 
 from __future__ import annotations
@@ -20,15 +20,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prep import lance_io, plan, storage
-from prep.checksum import dataset_checksum
+from prep import plan
+
+from prep.io import lance_tables
+
+from prep.io import storage
+from prep.io.checksum import dataset_checksum
 from prep.errors import PrepError, one_line
-from prep.manifest import read_manifest
+from prep.contracts.manifest import read_manifest
 from prep.materialize.job import job_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
-from prep.progress import Bar
-from prep.verify_mixture import check_mixture
+from prep.runtime.progress import Bar
+from prep.materialize.verify_mixture import check_mixture
 
 __all__ = ["Report", "verify"]
 
@@ -44,7 +48,7 @@ def _id_sums(ids: np.ndarray) -> np.ndarray:
 
 def _ids(uri: str, s3: storage.S3Options | None) -> np.ndarray:
     """The ``id`` column of a split dataset, in order."""
-    ds = lance_io.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
+    ds = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
     return ds.to_table(columns=["id"]).column("id").to_numpy()
 
 
@@ -103,14 +107,14 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
         return report
     src, p = manifest.source, manifest.plan
     opts = storage.lance_storage_options(src.uri, s3)
-    latest = lance_io.open_table(src.uri, storage_options=opts)
+    latest = lance_tables.open_table(src.uri, storage_options=opts)
     if latest.version != src.version:
         report.problems.append(
             f"source table {src.uri} changed: materialized from version {src.version}, now at version "
             f"{latest.version}; the plan's rows no longer match it: re-run materialize-shuffle (with --overwrite)"
         )
         return report
-    source = lance_io.open_table(src.uri, version=src.version, storage_options=opts)
+    source = lance_tables.open_table(src.uri, version=src.version, storage_options=opts)
     expected = p.fingerprint(src.uri, src.version)
     if expected != manifest.fingerprint:
         report.problems.append(f"manifest fingerprint {manifest.fingerprint} != recomputed {expected}: the manifest was edited")

@@ -18,17 +18,17 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from prep import storage
-from prep.config import ConfigModel, JobConfig
-from prep.prepare.formats import RowError, Segments, SFTFormatter, TextFormatter
+from prep.io import storage
+from prep.runtime.config import ConfigModel, JobConfig
+from prep.prepare.text.formats import RowError, Segments, SFTFormatter, TextFormatter
 from prep.prepare.driver import JobPlan, run_prepare, where_it_ran
 from prep.prepare.ids import stable_ids
 from prep.prepare.isolation import NO_PROGRESS, Progress
-from prep.prepare.job import ChunkOutput
+from prep.prepare.chunk_runner import ChunkOutput
 from prep.prepare.rejects import Reject
-from prep.prepare.sources import Chunk, InputFormat, TextUnit, list_sources, plan_chunks, read_chunk
-from prep.prepare.tokenizer import ResolvedTokenizer, resolve_tokenizer
-from prep.prepare.tokens import OverlongPolicy, encode_segments, limit_length, pack
+from prep.prepare.text.sources import Chunk, InputFormat, TextUnit, list_sources, plan_chunks, read_chunk
+from prep.prepare.text.tokenizer import ResolvedTokenizer, resolve_tokenizer
+from prep.prepare.text.tokens import OverlongPolicy, encode_segments, limit_length, pack
 
 __all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "TextJob", "run_pretokenize", "table_schema", "format_summary"]
 

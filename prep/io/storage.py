@@ -19,7 +19,7 @@ from typing import Any
 import fsspec
 
 from prep.errors import PrepError
-from prep.retry import RetryPolicy, retryable
+from prep.io.retry import RetryPolicy, retryable
 
 __all__ = [
     "S3Options",
@@ -51,7 +51,7 @@ class S3Options:
         secret_access_key: secret key (never printed).
         session_token: temporary credentials' token (``AWS_SESSION_TOKEN``; never printed).
         profile: a profile of ``~/.aws/credentials`` / ``~/.aws/config`` (``AWS_PROFILE``).
-        retry: how every client retries (see :mod:`prep.retry`).
+        retry: how every client retries (see :mod:`prep.io.retry`).
     """
 
     endpoint_url: str | None = None
@@ -114,7 +114,7 @@ def resolve(uri: str, s3: S3Options | None = None, *, retries: bool = True) -> R
         uri: a local path, ``file://``, ``s3://``, ``gs://``, ``az://`` or ``abfs://`` URI.
         s3: endpoint, credentials and retry policy (default: the environment).
         retries: False for a filesystem that tries each request once, for callers that retry
-            under :func:`prep.retry.call` themselves (retries inside retries multiply).
+            under :func:`prep.io.retry.call` themselves (retries inside retries multiply).
     """
     if uri.startswith("s3://"):
         opts = (s3 or S3Options()).resolved()
@@ -137,7 +137,7 @@ def fs_path(uri: str) -> str:
 
 
 def _s3fs(opts: S3Options, retries: bool) -> fsspec.AbstractFileSystem:
-    """s3fs retries (its own backoff: 0.1 s x 1.7^n, capped at 15 s) what :func:`prep.retry.retryable` accepts;
+    """s3fs retries (its own backoff: 0.1 s x 1.7^n, capped at 15 s) what :func:`prep.io.retry.retryable` accepts;
     botocore's retries are off, or the two loops would multiply each other."""
     import s3fs  # imported here: only s3:// needs it, and it loads aiobotocore
 

@@ -1,7 +1,7 @@
 """``prep prewarm``: the reader cache's fetch stage, run ahead of time for one rank.
 
-It fills a :class:`prep.cache.SplitCache` (the layout the reader uses with ``cache_dir=``)
-with the rank's splits (:func:`prep.world.splits_for_rank`), several splits at once, each
+It fills a :class:`prep.cache.store.SplitCache` (the layout the reader uses with ``cache_dir=``)
+with the rank's splits (:func:`prep.runtime.world.splits_for_rank`), several splits at once, each
 verified against the manifest before it counts. Running it again fetches only what is
 missing or damaged; a kill leaves nothing that counts as a copy. With ``max_bytes`` it
 stops adding splits once the next one does not fit (copies of epochs it was not asked
@@ -16,12 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 
-from prep import storage, world
-from prep.cache import SplitCache
+from prep.io import storage
+
+
+from prep.runtime import world
+from prep.cache.store import SplitCache
 from prep.errors import PrepError
-from prep.manifest import read_manifest
-from prep.progress import Bar
-from prep.transfer import Fetcher
+from prep.contracts.manifest import read_manifest
+from prep.runtime.progress import Bar
+from prep.io.transfer import Fetcher
 
 __all__ = ["prewarm"]
 
@@ -46,7 +49,7 @@ def prewarm(
     Args:
         path: materialized output (local path or ``s3://``).
         cache: local cache directory.
-        rank: this rank (default: resolved by :func:`prep.world.rank_and_world_size`).
+        rank: this rank (default: resolved by :func:`prep.runtime.world.rank_and_world_size`).
         world_size: number of ranks (default: ``WORLD_SIZE``, else 1); must divide the splits.
         epochs: epochs to copy (default: all in the manifest).
         overwrite: replace a cache holding a different materialization (default False).

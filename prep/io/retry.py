@@ -2,7 +2,7 @@
 
 One :class:`RetryPolicy` configures every layer that talks to a remote: botocore
 (``standard`` retry mode, timeouts), s3fs (its request retries) and Lance's object
-store (``client_max_retries``, ``request_timeout``...; see :mod:`prep.storage`), and
+store (``client_max_retries``, ``request_timeout``...; see :mod:`prep.io.storage`), and
 prep's own copies (:func:`call`, the reader cache's fetch stage) retry with exponential
 backoff, full jitter and a cap. :class:`Aimd` bounds how many requests are in flight
 and halves that under throttling (additive increase, multiplicative decrease), so a

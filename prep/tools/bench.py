@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
 from prep.reader import ReaderDataset
 from prep.reader.stats import StatsSnapshot, Verdict, diagnose

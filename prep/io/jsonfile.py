@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError, one_line
 
 __all__ = ["read_json_file"]

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prep import lance_io
+from prep.io import lance_tables
 from prep.errors import PrepError
 
 __all__ = ["Checksum", "table_checksum", "dataset_checksum"]
@@ -123,5 +123,5 @@ def table_checksum(batches: Iterable[pa.Table | pa.RecordBatch]) -> tuple[int, s
 
 def dataset_checksum(uri: str, storage_options: dict[str, str] | None = None) -> tuple[int, str]:
     """(rows, checksum) of a committed Lance dataset, read in order."""
-    ds = lance_io.open_table(uri, storage_options=storage_options)
+    ds = lance_tables.open_table(uri, storage_options=storage_options)
     return table_checksum(ds.to_batches(batch_size=8192))

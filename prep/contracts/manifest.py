@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from prep import storage
+from prep.io import storage
 from prep.errors import PrepError
-from prep.jsonfile import read_json_file
-from prep.outputs import MARKER
+from prep.io.jsonfile import read_json_file
+from prep.contracts.ownership import MARKER
 from prep.plan.spec import PlanSpec
 
 __all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest", "split_path"]

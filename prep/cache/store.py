@@ -32,13 +32,13 @@ import zlib
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from prep import storage
-from prep.checksum import dataset_checksum
+from prep.io import storage
+from prep.io.checksum import dataset_checksum
 from prep.errors import PrepError, one_line
-from prep.jsonfile import read_json_file
-from prep.manifest import MANIFEST, Manifest, read_manifest, split_path, write_manifest
-from prep.materialize.layout import owned_entries
-from prep.transfer import Fetcher, remove_tree
+from prep.io.jsonfile import read_json_file
+from prep.contracts.manifest import MANIFEST, Manifest, read_manifest, split_path, write_manifest
+from prep.contracts.materialized import owned_entries
+from prep.io.transfer import Fetcher, remove_tree
 
 __all__ = ["SplitCache", "Lease", "Key", "MARKER", "Priority"]
 

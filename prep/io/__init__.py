@@ -1,0 +1,1 @@
+"""Storage I/O: URIs and their filesystems, retries, transfers, Lance tables, checksums."""

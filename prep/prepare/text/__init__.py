@@ -1,0 +1,1 @@
+"""The text prepare job: sources, formats (SFT, pretraining), tokenization, packing."""

@@ -1,0 +1,1 @@
+"""Where and how a command runs: Ray, ranks and world size, configs, logs, progress."""

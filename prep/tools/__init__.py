@@ -1,0 +1,1 @@
+"""Commands that look at outputs: inspect, bench, and their plots."""
