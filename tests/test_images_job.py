@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from prep.io import lance_tables
+from prep.contracts.table import read_table_metadata
 from prep.cli import main as cli_main
 from prep.runtime.config import load_config
 from prep.errors import PrepError
@@ -30,7 +31,7 @@ pytestmark = [
 
 
 def pixels(ds: lance.LanceDataset, rows: list[int] | None = None) -> np.ndarray:
-    h, w, c = lance_tables.prep_metadata(ds)["image"]["shape"]
+    h, w, c = read_table_metadata(ds, 't').to_json()["image"]["shape"]
     table = ds.take(rows, columns=["image"]) if rows is not None else ds.to_table(columns=["image"])
     return table.column("image").combine_chunks().flatten().to_numpy().reshape(-1, h, w, c)
 
@@ -46,7 +47,7 @@ def hymenoptera_table(ray_local, tmp_path_factory) -> lance.LanceDataset:
 
 def test_hymenoptera_becomes_a_table_with_contract_columns_labels_and_counts(hymenoptera_table):
     ds = hymenoptera_table
-    meta = lance_tables.prep_metadata(ds)
+    meta = read_table_metadata(ds, 't').to_json()
     assert ds.count_rows() == 245
     assert str(ds.schema.field("image").type) == "fixed_size_list<item: uint8>[150528]"
     assert [f.name for f in ds.schema] == ["id", "image", "label", "label_name", "source"]
@@ -118,7 +119,7 @@ def test_encoded_bytes_and_original_blobs_survive_the_commit(ray_local, tmp_path
     cfg = load_config(ImagesConfig, CONFIG, input=str(root), output=str(out), store_pixels=False, encode="webp", keep_original=True)
     summary = run_decode_images(cfg)
     ds = lance.dataset(str(out))
-    assert "image" not in ds.schema.names and lance_tables.prep_metadata(ds)["encoded"]["format"] == "webp"
+    assert "image" not in ds.schema.names and read_table_metadata(ds, 't').to_json()["encoded"]["format"] == "webp"
     sources = ds.to_table(columns=["source"]).column("source").to_pylist()
     blobs = ds.take_blobs("original", indices=[0, 2])
     assert [b.read() for b in blobs] == [Path(sources[0]).read_bytes(), Path(sources[2]).read_bytes()]
@@ -184,4 +185,4 @@ def test_ray_job_submit_runs_the_pipeline_on_a_real_head(ray_head, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "succeeded" in proc.stdout + proc.stderr
     ds = lance.dataset(str(out))
-    assert ds.count_rows() == 4 and lance_tables.prep_metadata(ds)["labels"] == sorted({p.parent.name for p in photos(4)})
+    assert ds.count_rows() == 4 and read_table_metadata(ds, 't').to_json()["labels"] == sorted({p.parent.name for p in photos(4)})

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Literal
 
 import prep
+from prep.contracts.table import METADATA_KEY
 from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError, one_line
@@ -76,7 +77,7 @@ def inspect_output(uri: str, s3: storage.S3Options | None = None) -> OutputClaim
         raise PrepError(f"{uri} exists and holds files prep did not write ({shown}); choose another output path or move them")
     if "_versions" in names:
         ds = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
-        if MARKER not in names and not lance_tables.prep_metadata(ds):
+        if MARKER not in names and METADATA_KEY not in (ds.schema.metadata or {}):
             raise PrepError(f"{uri} is a Lance table that prep did not write; prep replaces only its own tables: choose another output path")
         return OutputClaim(uri, "table")
     if MARKER not in names:

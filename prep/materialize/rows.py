@@ -18,7 +18,7 @@ from prep.errors import PrepError
 from prep.materialize.job import Job, _dataset
 from prep.plan import hash as plan_hash
 
-__all__ = ["read_rows", "read_range", "bytes_per_row", "selected_ids", "hash_keys_for"]
+__all__ = ["SELECTION_KEY", "selection_fingerprint", "read_rows", "read_range", "bytes_per_row", "selected_ids", "hash_keys_for"]
 
 
 def _take(ds: Any, positions: np.ndarray, columns: list[str], selection: Any = None) -> pa.Table:
@@ -73,6 +73,15 @@ def hash_keys_for(job: Job, source: Any) -> np.ndarray:
 # ---------------------------------------------------------------- selection
 
 
+SELECTION_KEY = b"prep.selection"  # the sidecar's schema metadata: the plan fingerprint it was selected for
+
+
+def selection_fingerprint(selection: Any) -> str | None:
+    """The fingerprint a selection sidecar (an open Lance dataset) was written for."""
+    raw = (selection.schema.metadata or {}).get(SELECTION_KEY)
+    return json.loads(raw).get("fingerprint") if raw else None
+
+
 def _write_selection(job: Job, source: Any, uri: str) -> int:
     """Writes the row addresses of rows matching the filter to ``uri``; returns their count."""
     filt = job.plan.filter
@@ -81,7 +90,7 @@ def _write_selection(job: Job, source: Any, uri: str) -> int:
         reader = scanner.to_reader()
     except (ValueError, OSError) as exc:
         raise PrepError(f"--filter {filt!r} is not a valid filter for {job.source}: {str(exc).splitlines()[0][:300]}") from None
-    meta = {lance_tables.METADATA_KEY: json.dumps({"fingerprint": job.fingerprint})}
+    meta = {SELECTION_KEY: json.dumps({"fingerprint": job.fingerprint})}
     schema = pa.schema([("row_address", pa.uint64())], metadata=meta)
     count = 0
 

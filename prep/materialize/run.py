@@ -19,11 +19,12 @@ from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError
 from prep.io.jsonfile import read_json_file
+from prep.contracts.table import read_table_metadata
 from prep.contracts.manifest import MANIFEST, Epoch, Manifest, Source, SplitFile, read_manifest, write_manifest
 from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset
 from prep.contracts.materialized import JOB_FILE, JOB_NAME, WORK, owned_entries
 from prep.materialize.local import run_local
-from prep.materialize.rows import _write_selection, hash_keys_for
+from prep.materialize.rows import _write_selection, hash_keys_for, selection_fingerprint
 from prep.materialize.write import SplitOutput
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
 from prep.runtime.progress import Bar
@@ -244,8 +245,8 @@ def _select(job: Job, source: Any) -> Job:
     filt = job.plan.filter
     if filt:
         sel = storage.join(job.output, WORK, "selection.lance")
-        meta = lance_tables.prep_metadata(_dataset(job, sel)) if lance_tables.table_exists(sel, job.lance_options(sel)) else {}
-        if meta.get("fingerprint") == job.fingerprint:
+        kept = lance_tables.table_exists(sel, job.lance_options(sel)) and selection_fingerprint(_dataset(job, sel))
+        if kept == job.fingerprint:
             selected = _dataset(job, sel).count_rows()
         else:
             selected = _write_selection(job, source, sel)
@@ -304,7 +305,7 @@ def _manifest(job: Job, source: Any, run_epochs: range, done: dict[tuple[int, in
             SplitFile(split=r["split"], path=r["path"], num_rows=r["num_rows"], checksum=r["checksum"]) for r in files))
     return Manifest(
         prep_version=prep_version, fingerprint=job.fingerprint,
-        source=Source(uri=job.source, version=job.version, num_rows=source.count_rows(), metadata=lance_tables.prep_metadata(source)),
+        source=Source(uri=job.source, version=job.version, num_rows=source.count_rows(), metadata=read_table_metadata(source, job.source)),
         plan=job.plan, num_selected_rows=job.num_selected, columns=job.columns,
         epochs=tuple(epochs[e] for e in sorted(epochs)),
     )

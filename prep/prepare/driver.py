@@ -25,7 +25,7 @@ import pyarrow as pa
 import prep
 from prep.io import lance_tables
 from prep.io import storage
-from prep.io.lance_tables import TABLE_FORMAT
+from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, TableMetadata
 from prep.runtime.config import JobConfig, config_hash
 from prep.errors import PrepError
 from prep.runtime.progress import Bar
@@ -102,7 +102,7 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
                              on_result=_advance(bar, t_run), resources=cfg.ray.resources)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
-    metadata = {
+    metadata = TableMetadata.from_json({
         "format": TABLE_FORMAT,
         "prep_version": prep.__version__,
         "config": cfg.model_dump(mode="json", exclude={"s3"}),
@@ -111,7 +111,7 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
         "counts": counts,
         "rejects_uri": cfg.rejects_uri,
         **job.metadata(plan, counts),
-    }
+    }, cfg.output)  # the parser that readers use checks what is written, too
     commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
                          rejects=cfg.rejects_uri, s3=s3)
     if cfg.overwrite:
@@ -120,7 +120,7 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     return {
         "table": cfg.output,
         "rejects": cfg.rejects_uri,
-        "kind": metadata["kind"],
+        "kind": metadata.kind,
         "chunks": len(plan.chunks),
         "executor": executor,
         "sources": len(plan.sources),
@@ -169,7 +169,7 @@ def commit_and_reconcile(
     counts: dict[str, int],
     *,
     schema: pa.Schema,
-    metadata: dict[str, Any],
+    metadata: TableMetadata,
     output: str,
     rejects: str,
     s3: storage.S3Options,
@@ -184,7 +184,7 @@ def commit_and_reconcile(
     """
     rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
     reject_fragments = [f for r in results for f in r.reject_fragments]
-    rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata={"of": output}, storage_options=rejects_opts)
+    rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
     rejected_rows = rej.count_rows(filter="position != 'file'")
     fragments = [f for r in results for f in r.fragments]
     in_fragments = sum(f.physical_rows for f in fragments)
