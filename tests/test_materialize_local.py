@@ -16,6 +16,7 @@ import tables
 from prep.errors import PrepError
 from prep.contracts.manifest import Manifest
 from prep.materialize import local, materialize_shuffle
+from prep.materialize.table import hold_groups
 from prep.materialize.verify import verify
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,7 +57,7 @@ def test_local_executor_beyond_its_memory_budget_writes_the_same(synthetic, tmp_
     kw = dict(table=synthetic, epochs=2, splits=7, strategy=strategy, clump=clump, executor="local", read_rows=300)
     whole = materialize_shuffle(output=str(tmp_path / "whole"), **kw)
     monkeypatch.setattr(local, "HOLD_BYTES", 40_000)  # the table is ~1 MB: 7 groups of one split
-    assert len(local._groups(7, 1_000_000)) == 7
+    assert len(hold_groups(7, 1_000_000, local.HOLD_BYTES)) == 7
     parts = materialize_shuffle(output=str(tmp_path / "parts"), **kw)
     _same_output(str(tmp_path / "whole"), str(tmp_path / "parts"), whole, parts)
 

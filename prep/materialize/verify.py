@@ -16,8 +16,6 @@ against the recomputed plan). The content checksum is :mod:`prep.io.checksum`'s,
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from prep import plan
@@ -31,6 +29,7 @@ from prep.contracts.manifest import read_manifest
 from prep.materialize.job import job_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
+from prep.materialize.report import Report, first_difference
 from prep.runtime.progress import Bar
 from prep.materialize.verify_mixture import check_mixture
 
@@ -50,35 +49,6 @@ def _ids(uri: str, s3: storage.S3Options | None) -> np.ndarray:
     """The ``id`` column of a split dataset, in order."""
     ds = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
     return ds.to_table(columns=["id"]).column("id").to_numpy()
-
-
-@dataclass
-class Report:
-    """What :func:`verify` checked and found."""
-
-    path: str
-    fingerprint: str = ""
-    epochs: int = 0
-    splits: int = 0
-    rows: int = 0
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def lines(self) -> list[str]:
-        head = "OK" if self.ok else f"FAILED ({len(self.problems)} problems)"
-        out = [
-            f"{self.path}: {head}",
-            f"  fingerprint {self.fingerprint}: {self.epochs} epochs x {self.splits} splits, {self.rows:,} rows checked",
-        ]
-        out += [f"  note: {n}" for n in self.notes]
-        out += [f"  problem: {p}" for p in self.problems[:50]]
-        if len(self.problems) > 50:
-            out.append(f"  ... and {len(self.problems) - 50} more")
-        return out
 
 
 def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = True, max_problems: int = 1000) -> Report:
@@ -101,9 +71,8 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
     manifest = read_manifest(path, s3)
     report = Report(path=path, fingerprint=manifest.fingerprint)
     if manifest.plan.mixture is not None:
-        found = check_mixture(path, manifest, s3=s3, check_ids=check_ids, max_problems=max_problems)
-        report.epochs, report.splits, report.rows = len(manifest.epochs), manifest.plan.num_splits, found.rows
-        report.problems, report.notes = found.problems, found.notes
+        report.epochs, report.splits = len(manifest.epochs), manifest.plan.num_splits
+        check_mixture(report, manifest, s3=s3, check_ids=check_ids, max_problems=max_problems)
         return report
     src, p = manifest.source, manifest.plan
     opts = storage.lance_storage_options(src.uri, s3)
@@ -154,10 +123,9 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
             if has_ids:
                 sums += _id_sums(got_ids)  # uint64 arrays wrap: a sum mod 2^64
                 positions = plan.split_rows(split=sp.split, epoch=entry.epoch, hash_keys=keys, **job.split_kwargs())
-                want = source_ids[positions]
-                if len(want) != len(got_ids) or not np.array_equal(want, got_ids):
-                    bad = int(np.argmax(want[: len(got_ids)] != got_ids[: len(want)])) if len(want) and len(got_ids) else 0
-                    report.problems.append(f"{where}: ids differ from the plan (first at row {bad})")
+                differ = first_difference(source_ids[positions], got_ids)
+                if differ:
+                    report.problems.append(f"{where}: ids differ from the plan ({differ})")
             if len(report.problems) >= max_problems:
                 return report
         if total != manifest.num_selected_rows:
