@@ -254,7 +254,7 @@ def test_the_mixture_file_is_strict_and_the_cli_materializes_it(tables, tmp_path
     with pytest.raises(PrepError, match=r"bad.yaml: key 'sources.0.wieght': Extra inputs are not permitted"):
         load_mixture(bad, S)
     bad.write_text(f"weight_by: rows\nglobal_batch: '{G}'\nsources:\n  - {{table: {tables['gsm8k']}, weight: 1}}\n")
-    with pytest.raises(PrepError, match=r"bad.yaml: key 'global_batch'"):
+    with pytest.raises(PrepError, match=rf"bad.yaml: plan.mixture.global_batch='{G}' must be an integer >= 1 \(read as the string"):
         load_mixture(bad, S)
     good = tmp_path / "mix.yaml"  # the five lines of docs/materialize.md
     good.write_text(f"weight_by: rows\nglobal_batch: {G}\nsources:\n  - {{table: {tables['gsm8k']}, weight: 3, filter: 'length <= 256'}}\n"

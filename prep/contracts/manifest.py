@@ -23,7 +23,8 @@ from prep.io.jsonfile import read_json_file
 from prep.contracts.ownership import MARKER
 from prep.plan.spec import PlanSpec
 
-__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest", "split_path"]
+__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest",
+           "split_path", "vocab_size"]
 
 FORMAT = "prep.materialized/1"
 MANIFEST = "manifest.json"
@@ -168,6 +169,7 @@ def _parse(doc: Any) -> Manifest:
         raise PrepError("source must name the table's uri and its version (an integer >= 1)")
     if not _int(src.get("num_rows")) or not isinstance(src.get("metadata"), dict):
         raise PrepError("source must give num_rows (an integer >= 0) and metadata (an object)")
+    _metadata(src["metadata"])
     plan = PlanSpec.from_json(doc["plan"])
     if not _int(doc["num_selected_rows"]):
         raise PrepError(f"num_selected_rows={doc['num_selected_rows']!r} must be an integer >= 0")
@@ -187,6 +189,35 @@ def _parse(doc: Any) -> Manifest:
         plan=plan, num_selected_rows=doc["num_selected_rows"], columns=tuple(doc["columns"]), epochs=epochs,
         mixture=mixture,
     )
+
+
+def _metadata(meta: dict[str, Any]) -> None:
+    """The values of the source's ``prep`` metadata that readers act on, range-checked: the tokenizer's
+    special ids (a reader pads with ``pad_id``), its vocabulary size, the counts, ``seq_len``."""
+    key = "source.metadata"
+    tok = meta.get("tokenizer")
+    if tok is not None:
+        if not isinstance(tok, dict):
+            raise PrepError(f"{key}.tokenizer={str(tok)[:60]!r} must be an object")
+        vocab = tok.get("vocab_size")
+        if vocab is not None and not _int(vocab, 1):
+            raise PrepError(f"{key}.tokenizer.vocab_size={vocab!r} must be an integer >= 1")
+        for name in ("bos_id", "eos_id", "pad_id"):
+            value = tok.get(name)
+            if value is not None and not (_int(value) and (vocab is None or value < vocab)):
+                bound = f" and < vocab_size {vocab}" if vocab is not None else ""
+                raise PrepError(f"{key}.tokenizer.{name}={value!r} must be a token id: an integer >= 0{bound}")
+    counts = meta.get("counts")
+    if counts is not None and not (isinstance(counts, dict) and all(_int(v) for v in counts.values())):
+        raise PrepError(f"{key}.counts={str(counts)[:80]} must map each count to an integer >= 0")
+    if meta.get("seq_len") is not None and not _int(meta["seq_len"], 1):
+        raise PrepError(f"{key}.seq_len={meta['seq_len']!r} must be an integer >= 1 or null")
+
+
+def vocab_size(manifest: "Manifest") -> int | None:
+    """The vocabulary size the source's tokenizer records, None when the table has no tokenizer (images)."""
+    tok = manifest.source.metadata.get("tokenizer")
+    return tok.get("vocab_size") if isinstance(tok, dict) else None
 
 
 def _mixture(doc: Any, plan: PlanSpec) -> tuple[MixtureTable, ...] | None:

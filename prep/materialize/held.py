@@ -10,7 +10,7 @@ of splits read in one sequential pass (:mod:`prep.materialize.local`).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa

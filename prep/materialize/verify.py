@@ -23,13 +23,13 @@ from prep import plan
 from prep.io import lance_tables
 
 from prep.io import storage
-from prep.io.checksum import dataset_checksum
 from prep.errors import PrepError, one_line
-from prep.contracts.manifest import read_manifest
+from prep.contracts.manifest import read_manifest, vocab_size
 from prep.materialize.job import job_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
 from prep.materialize.report import Report, first_difference
+from prep.materialize.scan import scan_split
 from prep.runtime.progress import Bar
 from prep.materialize.verify_mixture import check_mixture
 
@@ -43,12 +43,6 @@ def _id_sums(ids: np.ndarray) -> np.ndarray:
     a = mix64(np.asarray(ids, dtype=np.uint64))
     with np.errstate(over="ignore"):
         return np.array([len(ids), a.sum(dtype=np.uint64), mix64(a).sum(dtype=np.uint64)], dtype=np.uint64)
-
-
-def _ids(uri: str, s3: storage.S3Options | None) -> np.ndarray:
-    """The ``id`` column of a split dataset, in order."""
-    ds = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
-    return ds.to_table(columns=["id"]).column("id").to_numpy()
 
 
 def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = True, max_problems: int = 1000) -> Report:
@@ -95,6 +89,7 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
     source_ids = selected_ids(job, source) if has_ids else None  # 8 bytes a selected row
     source_sums = _id_sums(source_ids) if has_ids else None
     report.splits = p.num_splits
+    vocab = vocab_size(manifest)
     bar = Bar(len(manifest.epochs) * p.num_splits, f"verify {len(manifest.epochs)} epochs x {p.num_splits} splits", unit="split")
     for entry in manifest.epochs:
         report.epochs += 1
@@ -108,19 +103,23 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
             if sp.num_rows != planned:
                 report.problems.append(f"{where}: manifest says {sp.num_rows} rows, the plan {planned}")
             try:
-                rows, checksum = dataset_checksum(uri, storage.lance_storage_options(uri, s3))
-                got_ids = _ids(uri, s3) if has_ids else None
+                scan = scan_split(uri, s3, ["id"] if has_ids else [])
             except (PrepError, OSError, ValueError) as exc:  # a missing or damaged data file is a finding
                 what = "is missing" if not storage.exists(uri, s3) else f"cannot be read ({one_line(exc)})"
                 report.problems.append(f"{where}: {uri} {what}: rerun materialize-shuffle to rewrite it")
                 continue
+            rows = scan.rows
             total += rows
             report.rows += rows
             if rows != planned:
                 report.problems.append(f"{where}: {rows} rows on disk, {planned} planned")
-            if checksum != sp.checksum:
-                report.problems.append(f"{where}: checksum {checksum[:12]}... != manifest {sp.checksum[:12]}...")
+            if scan.checksum != sp.checksum:
+                report.problems.append(f"{where}: checksum {scan.checksum[:12]}... != manifest {sp.checksum[:12]}...")
+            outside = scan.tokens_outside(vocab)
+            if outside:
+                report.problems.append(f"{where}: {outside}")
             if has_ids:
+                got_ids = scan.columns.column("id").to_numpy()
                 sums += _id_sums(got_ids)  # uint64 arrays wrap: a sum mod 2^64
                 positions = plan.split_rows(split=sp.split, epoch=entry.epoch, hash_keys=keys, **job.split_kwargs())
                 differ = first_difference(source_ids[positions], got_ids)

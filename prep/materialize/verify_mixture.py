@@ -17,11 +17,11 @@ import numpy as np
 from prep.io import lance_tables
 
 from prep.io import storage
-from prep.io.checksum import dataset_checksum
 from prep.errors import PrepError, one_line
-from prep.contracts.manifest import Manifest
+from prep.contracts.manifest import Manifest, vocab_size
 from prep.materialize.mixture import check_plannable, epoch_plan
 from prep.materialize.report import Report, first_difference
+from prep.materialize.scan import scan_split
 from prep.materialize.mixture_sources import SOURCE_COLUMN, OpenSource, open_sources, row_tokens
 from prep.plan import mixture as mixplan
 from prep.plan.spec import MixtureSpec
@@ -58,6 +58,7 @@ def check_mixture(out: Report, manifest: Manifest, *, s3: storage.S3Options | No
     if not has_ids:
         out.notes.append("no id column in the output: rows checked by source and count, not identity")
     g, n = mix.global_batch, len(sources)
+    vocab = vocab_size(manifest)
     token_columns = ["length"] if "length" in manifest.columns else ["input_ids"] if "input_ids" in manifest.columns else []
     for entry in manifest.epochs:
         seq = epoch_plan(p, sources, entry.epoch)
@@ -68,15 +69,17 @@ def check_mixture(out: Report, manifest: Manifest, *, s3: storage.S3Options | No
             uri = storage.join(path, sp.path)
             at = mixplan.split_positions(mix.epoch_rows, g, p.num_splits, sp.split)
             try:
-                count, checksum = dataset_checksum(uri, storage.lance_storage_options(uri, s3))
-                table = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3)).to_table(
-                    columns=[c for c in ("id", SOURCE_COLUMN) if c in manifest.columns] + token_columns)
+                scan = scan_split(uri, s3, [c for c in ("id", SOURCE_COLUMN) if c in manifest.columns] + token_columns)
             except (PrepError, OSError, ValueError) as exc:
                 out.problems.append(f"{where}: {uri} cannot be read ({one_line(exc)}): rerun materialize-shuffle")
                 continue
+            count, table = scan.rows, scan.columns
             out.rows += count
-            if checksum != sp.checksum:
-                out.problems.append(f"{where}: checksum {checksum[:12]}... != manifest {sp.checksum[:12]}...")
+            if scan.checksum != sp.checksum:
+                out.problems.append(f"{where}: checksum {scan.checksum[:12]}... != manifest {sp.checksum[:12]}...")
+            outside = scan.tokens_outside(vocab)
+            if outside:
+                out.problems.append(f"{where}: {outside}")
             if count != len(at) or sp.num_rows != len(at):
                 out.problems.append(f"{where}: {count} rows on disk, manifest {sp.num_rows}, plan {len(at)}")
                 continue
