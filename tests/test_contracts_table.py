@@ -77,7 +77,7 @@ def test_image_metadata_round_trips_into_every_reader(image_table):
 @pytest.mark.parametrize("change, named", [
     ({"kind": "audio"}, "kind='audio'"),
     ({"tokenizer": None}, "names no tokenizer"),
-    ({"tokenizer": {"name": "t", "vocab_size": 100, "pad_id": 100}}, "tokenizer.pad_id=100 is outside the vocabulary"),
+    ({"tokenizer": {"name": "t", "vocab_size": 100, "pad_id": 100}}, "tokenizer.pad_id=100 must be a token id: an integer >= 0 and < vocab_size 100"),
     ({"tokenizer": {"name": "t", "pad_id": -5}}, "tokenizer.pad_id=-5"),
     ({"counts": {"rows_read": "7"}}, "counts.rows_read='7'"),
     ({"format": "prep.table/2"}, "upgrade prep"),

@@ -24,7 +24,8 @@ from prep.contracts.ownership import MARKER
 from prep.contracts.table import TableMetadata
 from prep.plan.spec import PlanSpec
 
-__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest", "split_path"]
+__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest",
+           "split_path", "vocab_size"]
 
 FORMAT = "prep.materialized/1"
 MANIFEST = "manifest.json"
@@ -189,6 +190,12 @@ def _parse(doc: Any) -> Manifest:
         plan=plan, num_selected_rows=doc["num_selected_rows"], columns=tuple(doc["columns"]), epochs=epochs,
         mixture=mixture,
     )
+
+
+def vocab_size(manifest: "Manifest") -> int | None:
+    """The vocabulary size the source's tokenizer records, None when the table has no tokenizer (images)."""
+    tok = manifest.source.metadata.tokenizer
+    return tok.vocab_size if tok is not None else None
 
 
 def _mixture(doc: Any, plan: PlanSpec) -> tuple[MixtureTable, ...] | None:

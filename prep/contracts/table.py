@@ -39,7 +39,7 @@ _FIELDS = {"format", "prep_version", "kind", "config", "config_hash", "sources",
 
 
 def _fail(where: str, what: str) -> PrepError:
-    return PrepError(f"{where}: table metadata {what}; was the table written by prep? (rewrite it with prep pretokenize/decode-images)")
+    return PrepError(f"{where}: prep table metadata {what}")
 
 
 def _int(where: str, name: str, value: Any, *, low: int = 0, optional: bool = False) -> int | None:
@@ -47,6 +47,12 @@ def _int(where: str, name: str, value: Any, *, low: int = 0, optional: bool = Fa
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise _fail(where, f"{name}={value!r} must be an integer >= {low}")
+    return value
+
+
+def _token_id(where: str, name: str, value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise _fail(where, f"{name}={value!r} must be a token id: an integer >= 0")
     return value
 
 
@@ -71,10 +77,10 @@ class TokenizerInfo:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
             raise _fail(where, f"tokenizer={raw!r} must be an object with a name")
         vocab = _int(where, "tokenizer.vocab_size", raw.get("vocab_size"), low=1, optional=True)
-        ids = {k: _int(where, f"tokenizer.{k}", raw.get(k), optional=True) for k in ("bos_id", "eos_id", "pad_id")}
+        ids = {k: _token_id(where, f"tokenizer.{k}", raw.get(k)) for k in ("bos_id", "eos_id", "pad_id")}
         for k, v in ids.items():
             if v is not None and vocab is not None and v >= vocab:
-                raise _fail(where, f"tokenizer.{k}={v} is outside the vocabulary (vocab_size={vocab})")
+                raise _fail(where, f"tokenizer.{k}={v} must be a token id: an integer >= 0 and < vocab_size {vocab}")
         return cls(name=raw["name"], hash=str(raw.get("hash", "")), vocab_size=vocab, **ids)
 
     def to_json(self) -> dict[str, Any]:
