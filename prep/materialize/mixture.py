@@ -39,7 +39,8 @@ from prep.errors import PrepError
 from prep.contracts.manifest import MANIFEST, Epoch, Manifest, MixtureTable, Source, SplitFile, read_manifest, write_manifest
 from prep.materialize.held import Held
 from prep.materialize.job import DEFAULT_LANCE_FORMAT
-from prep.contracts.materialized import JOB_FILE, JOB_NAME
+from prep.contracts import ownership
+from prep.contracts.materialized import JOB_NAME
 from prep.materialize.local import HOLD_BYTES, run_all
 from prep.materialize.mixture_sources import (SOURCE_COLUMN, OpenSource, check_repeats, epoch_rows_for, open_sources,
                                               output_schema, plan_sources, row_tokens)
@@ -79,6 +80,7 @@ def epoch_plan(plan: PlanSpec, sources: Sequence[OpenSource], epoch: int) -> mix
                                   epoch=epoch, seed=plan.seed, clump=plan.clump, unit=mix.weight_by)
 
 
+@ownership.leased(JOB_NAME)  # one writer per output: held from before the first read to the end
 def materialize_mixture(
     *,
     mixture: str | Path | PlanSpec,
@@ -143,8 +145,8 @@ def _resolve(plan: PlanSpec, output: str, *, overwrite: bool, s3: storage.S3Opti
     first = sources[0].spec
     fingerprint = plan.fingerprint(first.table, first.version)
     check_plan(output, old, fingerprint, plan, first.table, first.version, overwrite, s3)
-    storage.write_json_atomic(storage.join(output, JOB_FILE), {"job": JOB_NAME, "fingerprint": fingerprint,
-                              "plan": plan.to_json(), "source": {"uri": first.table, "version": first.version}}, s3)
+    ownership.write_marker(output, JOB_NAME, s3, fingerprint=fingerprint, plan=plan.to_json(),
+                           source={"uri": first.table, "version": first.version})
     return MixtureJob(output=output, fingerprint=fingerprint, plan=plan, sources=sources, schema=schema, s3=s3,
                       read_rows=read_rows, lance_format=lance_format)
 

@@ -19,6 +19,7 @@ from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError
 from prep.io.jsonfile import read_json_file
+from prep.contracts import ownership
 from prep.contracts.manifest import MANIFEST, Epoch, Manifest, Source, SplitFile, read_manifest, write_manifest
 from prep.materialize.job import DEFAULT_LANCE_FORMAT, Job, _dataset
 from prep.contracts.materialized import JOB_FILE, JOB_NAME, WORK, owned_entries
@@ -49,7 +50,7 @@ def existing_output(output: str, s3: storage.S3Options) -> dict | None:
         return None
     if not fs.isdir(path):
         raise PrepError(f"--output {output} is a file, not a directory; choose a new or empty directory")
-    if not fs.ls(path, detail=False):
+    if not ownership.entries(output, s3):  # nothing but this run's lease
         return None
     fix = f"choose another --output (prep never deletes what it did not write), or remove {output} yourself"
     marker = storage.join(output, JOB_FILE)
@@ -95,16 +96,7 @@ def _remove_owned(output: str, s3: storage.S3Options) -> None:
     top = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(root, detail=False)]
     inside = {d: [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(f"{root}/{d}", detail=False)]
               for d in top if d.startswith("epoch-") and fs.isdir(f"{root}/{d}")}
-    owned = owned_entries(top, inside)
-    for rel in owned:  # the marker goes last: a crash on the way leaves it, so a rerun may still clean up
-        if rel not in (JOB_FILE, MANIFEST):
-            fs.rm(f"{root}/{rel}", recursive=True)
-    for d in inside:
-        if not storage.is_remote(output) and fs.exists(f"{root}/{d}") and not fs.ls(f"{root}/{d}", detail=False):
-            fs.rmdir(f"{root}/{d}")
-    for name in (MANIFEST, JOB_FILE):
-        if name in owned:
-            fs.rm(f"{root}/{name}")
+    ownership.remove_owned(output, owned_entries(top, inside), s3)
 
 
 def done_records(job: SplitOutput, epochs: range) -> dict[tuple[int, int], dict]:
@@ -127,6 +119,7 @@ def done_records(job: SplitOutput, epochs: range) -> dict[tuple[int, int], dict]
     return done
 
 
+@ownership.leased(JOB_NAME)  # one writer per output: held from before the first read to the end
 def materialize_shuffle(
     *,
     table: str,
@@ -231,11 +224,8 @@ def _resolve(table: str, output: str, spec: PlanSpec, *, overwrite: bool, s3: st
     job = Job(source=source_uri, version=version, columns=tuple(out_columns), plan=spec, num_selected=total,
               output=output, fingerprint=fingerprint, s3=s3, read_rows=read_rows, lance_format=lance_format,
               run_id=uuid.uuid4().hex)
-    storage.write_json_atomic(
-        storage.join(output, JOB_FILE),
-        {"job": JOB_NAME, "fingerprint": fingerprint, "plan": spec.to_json(), "source": {"uri": source_uri, "version": version}},
-        s3,
-    )
+    ownership.write_marker(output, JOB_NAME, s3, fingerprint=fingerprint, plan=spec.to_json(),
+                           source={"uri": source_uri, "version": version})
     return job, source
 
 
