@@ -26,6 +26,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from prep.io import storage
 from prep.errors import PrepError
 from prep.io.jsonfile import read_json_file
+from prep.contracts import ownership
 from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import MANIFEST, Epoch, Manifest, SplitFile, read_manifest, write_manifest
 from prep.contracts.materialized import JOB_FILE, JOB_NAME, WORK, owned_entries
@@ -84,6 +85,11 @@ def materialize(what: Run, options: RunOptions) -> Manifest:
     """
     s3 = (options.s3 or storage.S3Options()).resolved()
     output = options.output if storage.is_remote(options.output) else os.path.abspath(options.output)
+    with ownership.hold([output], JOB_NAME, s3):  # one writer per output: from before the first read to the end
+        return _materialize(what, options, output, s3)
+
+
+def _materialize(what: Run, options: RunOptions, output: str, s3: storage.S3Options) -> Manifest:
     old = existing_output(output, s3)
     job = what.resolve(output, options, s3)
     claim(job, old, overwrite=options.overwrite)
@@ -149,7 +155,7 @@ def existing_output(output: str, s3: storage.S3Options) -> dict | None:
         return None
     if not fs.isdir(path):
         raise PrepError(f"--output {output} is a file, not a directory; choose a new or empty directory")
-    if not fs.ls(path, detail=False):
+    if not ownership.entries(output, s3):  # nothing but this run's lease
         return None
     fix = f"choose another --output (prep never deletes what it did not write), or remove {output} yourself"
     marker = storage.join(output, JOB_FILE)
@@ -175,9 +181,8 @@ def claim(job: RunJob, old: dict | None, *, overwrite: bool) -> None:
                             f"{job.fingerprint}: {_differences(old, job)}); pass --overwrite to replace it or choose another --output")
         log.warning("--overwrite: removing the materialized output in %s (only the files prep wrote)", job.output)
         _remove_owned(job.output, job.s3)
-    storage.write_json_atomic(storage.join(job.output, JOB_FILE), {
-        "job": JOB_NAME, "fingerprint": job.fingerprint, "plan": job.plan.to_json(),
-        "source": {"uri": job.source, "version": job.version}}, job.s3)
+    ownership.write_marker(job.output, JOB_NAME, job.s3, fingerprint=job.fingerprint, plan=job.plan.to_json(),
+                           source={"uri": job.source, "version": job.version})
     kill_point("marker")
 
 
@@ -201,14 +206,5 @@ def _remove_owned(output: str, s3: storage.S3Options) -> None:
     top = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(root, detail=False)]
     inside = {d: [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(f"{root}/{d}", detail=False)]
               for d in top if d.startswith("epoch-") and fs.isdir(f"{root}/{d}")}
-    owned = owned_entries(top, inside)
-    for rel in owned:  # the marker goes last: a crash on the way leaves it, so a rerun may still clean up
-        if rel not in (JOB_FILE, MANIFEST):
-            fs.rm(f"{root}/{rel}", recursive=True)
-    for d in inside:
-        if not storage.is_remote(output) and fs.exists(f"{root}/{d}") and not fs.ls(f"{root}/{d}", detail=False):
-            fs.rmdir(f"{root}/{d}")
-    for name in (MANIFEST, JOB_FILE):
-        if name in owned:
-            fs.rm(f"{root}/{name}")
+    ownership.remove_owned(output, owned_entries(top, inside), s3)
 

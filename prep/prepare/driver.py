@@ -31,7 +31,7 @@ from prep.errors import PrepError
 from prep.runtime.progress import Bar
 from prep.prepare.isolation import Limits
 from prep.prepare.chunk_runner import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
-from prep.contracts.ownership import claim_outputs
+from prep.contracts.ownership import Lease, claim_outputs, hold
 from prep.prepare.rejects import REJECTS_SCHEMA
 from prep.runtime.ray_cluster import use_ray
 
@@ -87,11 +87,18 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     Raises:
         PrepError: bad inputs (before any output is touched), an output prep may not
             replace, a failed chunk, or counts that do not reconcile.
+        LeaseHeld: another run is writing the output or the rejects table.
     """
+    cfg = job.cfg
+    with hold([cfg.output, cfg.rejects_uri], job.name, cfg.s3.options().resolved()) as leases:  # before any input is read
+        return _run_leased(job, leases)
+
+
+def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     cfg = job.cfg
     t0 = time.perf_counter()
     s3 = cfg.s3.options().resolved()
-    plan = job.plan(s3)  # inputs first: a typo in --input never reaches the output
+    plan = job.plan(s3)  # inputs before the claim: a typo in --input leaves the output as it was
     claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite, s3=s3)
     opts = storage.lance_storage_options(cfg.output, s3)
     executor = executor_for(cfg)
@@ -112,6 +119,8 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
         "rejects_uri": cfg.rejects_uri,
         **job.metadata(plan, counts),
     }, cfg.output)  # the parser that readers use checks what is written, too
+    for lease in leases:
+        lease.check()  # a run that lost its lease (it looked dead) commits nothing
     commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
                          rejects=cfg.rejects_uri, s3=s3)
     if cfg.overwrite:
