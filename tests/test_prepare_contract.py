@@ -180,7 +180,7 @@ def test_row_accounting_catches_a_worker_whose_counts_disagree_with_its_output(l
     counts[lie] += 1
     with pytest.raises(PrepError, match="row accounting failed"):
         commit_and_reconcile([ChunkResult(0, frags, rej_frags, counts, 0.0)], counts, schema=table.schema, metadata={},
-                             output=out, rejects=rej, s3=None)
+                             output=out, rejects=rej, s3=None, max_reject_fraction=1.0)
     assert not lance_tables.table_exists(out)
 
 

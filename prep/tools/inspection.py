@@ -9,7 +9,6 @@ in a format a newer prep wrote, a materialized output missing a split.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from importlib import metadata as dist
 from typing import Any, Literal
@@ -25,6 +24,7 @@ from prep.errors import PrepError
 from prep.io.lance_tables import TABLE_FORMAT
 from prep.contracts.manifest import MANIFEST, Manifest, read_manifest
 from prep.contracts.ownership import MARKER
+from prep.prepare.rejects import reason_group
 
 __all__ = ["Kind", "is_materialized", "open_prepared", "inspect_path", "decode_rows", "reason_group", "format_report", "to_json", "PERCENTILES"]
 
@@ -65,17 +65,6 @@ def open_prepared(path: str, s3: storage.S3Options | None = None) -> tuple[Kind,
         raise PrepError(f"{path} was written in format {fmt!r} by prep {meta.get('prep_version', '?')}; this prep "
                         f"({prep.__version__}) reads {TABLE_FORMAT!r}: upgrade prep to inspect it")
     return "table", ds
-
-
-def reason_group(reason: str) -> str:
-    """A reject reason with its numbers and quoted values blanked, so alike rejects group together.
-
-    >>> reason_group("1234 tokens > max_length 1024")
-    'N tokens > max_length N'
-    >>> reason_group("missing field 'answer'")
-    "missing field '…'"
-    """
-    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'…'", reason))
 
 
 def inspect_path(path: str, *, rows: int = 0, s3: storage.S3Options | None = None) -> dict[str, Any]:
