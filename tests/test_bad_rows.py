@@ -24,8 +24,6 @@ import pytest
 from prep.prepare import faults
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 
-pytestmark = pytest.mark.usefixtures("ray_local")
-
 DEEP = b"[" * 5000 + b"]" * 5000
 BIG = b"9" * 5000
 
@@ -57,6 +55,7 @@ HOSTILE = [
     (b'{"question": "nul \\u0000 escaped", "answer": "x", "text": "nul \\u0000"}', True),
     (b'\xef\xbb\xbf{"question": "bom mid-file", "answer": "x", "text": "bom"}', True),
     (b'{"question": "raw nul \x00", "answer": "x", "text": "raw"}', False),  # a control character JSON forbids
+    (json.dumps({"question": "multi-MB", "answer": "many words " * 300_000, "text": "long"}).encode(), True),
 ]
 
 
@@ -120,8 +119,10 @@ def injection_input(tmp_path_factory, shared_data, tokenizer_dir):
     return root, spec, targets, lance.dataset(clean.output).to_table()
 
 
-@pytest.mark.parametrize("executor", ["local", "ray"])
-def test_every_builtin_exception_at_every_text_stage_rejects_only_its_row(executor, injection_input, tokenizer_dir, monkeypatch):
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_every_builtin_exception_at_every_text_stage_rejects_only_its_row(executor, injection_input, tokenizer_dir, monkeypatch, request):
+    if executor == "ray":
+        request.getfixturevalue("ray_local")
     root, spec, targets, clean = injection_input
     monkeypatch.setenv(faults.ENV, spec)
     cfg = config(tokenizer_dir, root / "in", root / f"{executor}.lance", chunk_bytes=64 << 10, executor=executor, max_reject_fraction=0.9)
@@ -170,7 +171,7 @@ def _hostile(rng: random.Random) -> tuple[bytes, str | None]:
     if kind == "bom":
         return b"\xef\xbb\xbf" + head + b"}", q
     if kind == "huge":
-        return json.dumps({"question": q, "answer": "y " * rng.randint(1 << 19, 1 << 20)}).encode(), q
+        return json.dumps({"question": q, "answer": "y " * rng.randint(1 << 17, 1 << 19)}).encode(), q
     if kind == "not_object":
         return rng.choice([b"[1, 2]", b"null", b"1e999", b'"text"']), None
     return head[: rng.randint(1, len(head) - 1)], None

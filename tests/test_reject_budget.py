@@ -55,6 +55,8 @@ def test_over_the_budget_exits_1_names_the_reasons_keeps_the_rejects_and_the_rer
     assert "--max-reject-fraction" in err[0] and "was not written" in err[0]
     assert lance.dataset(tmp_path / "o.rejects.lance").count_rows() == 7
     assert not lance_tables.table_exists(str(out))
+    assert main(["inspect", str(tmp_path / "o.rejects.lance")]) == 0
+    assert "a table that was never committed" in capsys.readouterr().out.splitlines()[0]
     assert main(args + ["--max-reject-fraction", "0.2"]) == 0  # the plain rerun, no --overwrite
     assert lance.dataset(out).count_rows() == 30 and lance.dataset(tmp_path / "o.rejects.lance").count_rows() == 7
     assert src.exists()
@@ -112,3 +114,22 @@ def test_a_kill_at_each_commit_point_leaves_what_the_plain_rerun_completes(point
     (table, rejects), (ref_table, ref_rejects) = _tables(out), _tables(reference)
     assert table.equals(ref_table) and rejects.equals(ref_rejects)
     assert len(lance.dataset(out).versions()) == len(lance.dataset(out.with_name("o.rejects.lance")).versions()) == 1
+
+
+def test_the_budget_holds_for_the_images_job_too(tmp_path):
+    from prep.prepare.images.config import ImagesConfig
+    from prep.prepare.images.job import run_decode_images
+    from test_images import HYMENOPTERA
+
+    if not HYMENOPTERA.is_dir():
+        pytest.skip("needs the real photos")
+    for cls in ("ants", "bees"):
+        (tmp_path / "in" / cls).mkdir(parents=True)
+        photo = sorted((HYMENOPTERA / cls).iterdir())[0]
+        (tmp_path / "in" / cls / photo.name).write_bytes(photo.read_bytes())
+        (tmp_path / "in" / cls / "notes.jpg").write_text("not a photo")
+    cfg = ImagesConfig.model_validate(dict(input=str(tmp_path / "in"), output=str(tmp_path / "o.lance"), size=16, executor="local"))
+    with pytest.raises(TooManyRejects, match=r"2 of 4 rows rejected \(50.0%\)"):
+        run_decode_images(cfg)
+    assert lance.dataset(cfg.rejects_uri).count_rows() == 2 and not lance_tables.table_exists(cfg.output)
+    assert run_decode_images(cfg.model_copy(update={"max_reject_fraction": 0.5}))["rows_written"] == 2

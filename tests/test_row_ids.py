@@ -16,8 +16,6 @@ from prep.io import storage
 from prep.prepare.listing import list_inputs
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 
-pytestmark = pytest.mark.usefixtures("ray_local")
-
 
 def config(tokenizer_dir: str, inputs: list[str], output: str, **kw) -> PretokenizeConfig:
     return PretokenizeConfig.model_validate(dict(input=inputs, output=output, tokenizer=tokenizer_dir, format="sft",

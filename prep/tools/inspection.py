@@ -72,7 +72,7 @@ def inspect_path(path: str, *, rows: int = 0, s3: storage.S3Options | None = Non
     if is_materialized(path, s3):
         return _materialized(path, rows, s3)
     kind, ds = open_prepared(path, s3)
-    report = _table(path, ds, rows, s3) if kind == "table" else _rejects(path, ds, rows)
+    report = _table(path, ds, rows, s3) if kind == "table" else _rejects(path, ds, rows, s3)
     return {"kind": kind, "path": path, **report}
 
 
@@ -102,7 +102,7 @@ def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options |
     rejects_uri = meta.get("rejects_uri")
     if rejects_uri and storage.exists(storage.join(rejects_uri, "_versions"), s3):
         rej = lance_tables.open_table(rejects_uri, storage_options=storage.lance_storage_options(rejects_uri, s3))
-        report["rejects"] = {"path": rejects_uri, **_rejects(rejects_uri, rej, 0)}
+        report["rejects"] = {"path": rejects_uri, **_rejects(rejects_uri, rej, 0, s3)}
     else:
         report["rejects"] = {"path": rejects_uri, "missing": True}
     return report
@@ -174,7 +174,7 @@ def _label(names: list[str], label: int) -> str:
 
 # --- rejects ---------------------------------------------------------------------------------------
 
-def _rejects(path: str, ds: lance.LanceDataset, rows: int) -> dict[str, Any]:
+def _rejects(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options | None) -> dict[str, Any]:
     t = ds.to_table(columns=["source", "position", "reason", "raw"])
     groups: dict[str, dict[str, Any]] = {}
     for source, position, reason, raw in zip(*(t[c].to_pylist() for c in ("source", "position", "reason", "raw"))):
@@ -183,7 +183,8 @@ def _rejects(path: str, ds: lance.LanceDataset, rows: int) -> dict[str, Any]:
         if len(g["examples"]) < max(_EXAMPLES_PER_REASON, rows):
             g["examples"].append({"source": source, "position": position, "reason": reason, "raw": (raw or "")[:160]})
     ordered = dict(sorted(groups.items(), key=lambda kv: -kv[1]["count"]))
-    return {"num_rows": t.num_rows, "of": lance_tables.prep_metadata(ds).get("of"),
+    of = lance_tables.prep_metadata(ds).get("of")
+    return {"num_rows": t.num_rows, "of": of, "table_committed": bool(of) and storage.exists(storage.join(of, "_versions"), s3),
             "files_rejected": int(pc.sum(pc.equal(t["position"], "file")).as_py() or 0), "reasons": ordered}
 
 
@@ -251,7 +252,11 @@ def to_json(report: dict[str, Any]) -> dict[str, Any]:
 def format_report(r: dict[str, Any]) -> str:
     """The human report: one block per part, the figures first."""
     if r["kind"] == "rejects":
-        return "\n".join([f"{r['path']}: rejects of {r['of']}", *_reasons(r)])
+        head = f"{r['path']}: rejects of {r['of']}"
+        if not r["table_committed"]:
+            head += (", a table that was never committed (its job stopped after writing these rejects: killed, or over "
+                     "max_reject_fraction); rerun that job: it replaces these rejects")
+        return "\n".join([head, *_reasons(r)])
     if r["kind"] == "materialized":
         return _format_materialized(r)
     lines = [f"{r['path']}: prepared {r['table_kind']} table, version {r['version']}, {r['num_rows']:,} rows",
