@@ -90,3 +90,20 @@ def test_same_named_objects_under_two_prefixes_get_distinct_ids_on_s3(s3_env, s3
     assert len(set(ids)) == 600
     keys = [f.ids_from for listing in list_inputs([a, b]) for f in listing.files]
     assert keys == ["a/train.jsonl", "b/train.jsonl"]
+
+
+def test_two_image_folders_with_the_same_names_keep_their_labels_and_get_distinct_ids(tmp_path):
+    """The images job lists through the same code: same-named photos under two inputs, and an input given twice."""
+    from prep.prepare.images.config import ImagesConfig
+    from prep.prepare.images.sources import plan
+
+    for root in ("x", "y"):
+        for cls in ("ants", "bees"):
+            (tmp_path / root / cls).mkdir(parents=True)
+            (tmp_path / root / cls / "1.jpg").write_bytes(b"not decoded by planning")
+    inputs = [str(tmp_path / "x"), str(tmp_path / "y"), str(tmp_path / "x")]
+    planned = plan(ImagesConfig.model_validate(dict(input=inputs, output=str(tmp_path / "o.lance"), size=16)))
+    items = [item for chunk in planned.chunks for item in chunk.items]
+    assert [(i.key, i.label) for i in items] == [("x/ants/1.jpg", "ants"), ("x/bees/1.jpg", "bees"),
+                                                  ("y/ants/1.jpg", "ants"), ("y/bees/1.jpg", "bees")]
+    assert planned.labels.names == ("ants", "bees")

@@ -387,11 +387,24 @@ def read_chunk(chunk: Chunk, s3: storage.S3Options | None = None, text_unit: Tex
     """
     if chunk.source.size == 0:
         return Records([], np.zeros(0, np.int64), [Reject(chunk.source.uri, "file", "empty file")])
-    records = _read(chunk, s3, text_unit)
+    try:
+        records = _read(chunk, s3, text_unit)
+    except OSError as exc:
+        if not (storage.is_remote(chunk.source.uri) and _expired(exc)):
+            raise
+        raise PrepError(f"{chunk.source.uri} changed while the job read it (ETag {chunk.source.etag} is gone); "
+                        "rerun once it is no longer being written") from None
     check_unchanged(chunk.source, s3)
     if chunk.whole_file and not records.rows and not records.rejects:
         records.rejects.append(Reject(chunk.source.uri, "file", f"empty file ({_no_rows(chunk, records)})"))
     return records
+
+
+def _expired(exc: OSError) -> bool:
+    """s3fs's error for an object whose ETag changed after it was listed or opened."""
+    from s3fs.utils import FileExpired  # only s3:// reaches here: s3fs is loaded already
+
+    return isinstance(exc, FileExpired)
 
 
 def _no_rows(chunk: Chunk, records: Records) -> str:

@@ -119,7 +119,7 @@ def encode_rows(tokenizer: Any, segments: Segments, eos_id: int | None = None,
 def _without(segments: Segments, starts: np.ndarray, rows: dict[int, Exception]) -> Segments:
     """``segments`` less the given rows (``starts``: each row's first segment, and the end)."""
     kept = Segments()
-    for i, count in enumerate(segments.counts):
+    for i in range(len(segments.counts)):
         if i not in rows:
             kept.add_row(list(zip(segments.texts[starts[i]:starts[i + 1]], segments.trainable[starts[i]:starts[i + 1]])))
     return kept
