@@ -87,8 +87,10 @@ def reason_group(reason: str) -> str:
     'N tokens > max_length N'
     >>> reason_group("missing field 'answer'")
     "missing field '…'"
+    >>> reason_group("invalid UTF-8 at byte 17 of the line")
+    'invalid UTF-8 at byte N of the line'
     """
-    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'…'", reason))
+    return re.sub(r"(?<![\w-])\d+", "N", re.sub(r"'[^']*'", "'…'", reason))
 
 
 def check_budget(rows_read: int, rows_rejected: int, reasons: Callable[[], list[str]], max_fraction: float, *, output: str, rejects: str) -> None:

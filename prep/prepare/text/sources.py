@@ -235,7 +235,7 @@ def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Re
             bad.append((i, f"invalid UTF-8 at byte {exc.start} of the line", line))
             continue
         except json.JSONDecodeError as exc:
-            bad.append((i, f"malformed JSON: {exc.msg} at column {exc.colno}", line))
+            bad.append((i, f"malformed JSON at column {exc.colno}: {exc.msg}", line))
             continue
         except Exception as exc:  # whatever one line raises (nesting too deep, a bug) costs that line only
             bad.append((i, f"cannot parse: {type(exc).__name__}: {one_line(exc, limit=200)}", line))
