@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["PrepError", "one_line"]
+__all__ = ["PrepError", "TooManyRejects", "one_line"]
 
 # Lance (Rust) appends where in its own build an error was raised: ", /home/runner/.../local.rs:273:40"
 _RUST_SOURCE = re.compile(r",?\s*\(?[^\s,()]*\.rs:\d+(?::\d+)?\)?")
@@ -16,6 +16,11 @@ class PrepError(Exception):
     The message names the file, key or row and says what to do; the CLI prints it
     as a single line instead of a traceback.
     """
+
+
+class TooManyRejects(PrepError):
+    """A prepare job rejected more rows than its budget (``max_reject_fraction``) allows, or all
+    of them: the input was usable, the result is not (exit status 1, not 2)."""
 
 
 def one_line(error: BaseException | str, limit: int = 400) -> str:

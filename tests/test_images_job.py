@@ -89,7 +89,8 @@ def test_same_rows_ids_and_order_whatever_the_chunking(ray_local, hymenoptera_ta
 def test_bad_inputs_are_written_or_rejected_and_counts_reconcile(ray_local, tmp_path):
     root = bad_tree(tmp_path / "tree")
     out = tmp_path / "bad.lance"
-    summary = run_decode_images(load_config(ImagesConfig, CONFIG, input=str(root), output=str(out), images_per_chunk=5))
+    summary = run_decode_images(load_config(ImagesConfig, CONFIG, input=str(root), output=str(out), images_per_chunk=5,
+                                             max_reject_fraction=0.5))
     assert summary["rows_read"] == len(GOOD) + len(BAD) == summary["rows_written"] + summary["rows_rejected"]
     assert (summary["rows_written"], summary["rows_rejected"], summary["decoded_with_pil"]) == (len(GOOD), len(BAD), 3)
     rejects = lance.dataset(summary["rejects"]).to_table().to_pylist()

@@ -24,7 +24,7 @@ import tables
 from conftest import REPO
 from prep.cli import main as cli_main
 from prep.contracts.ownership import JOB_MARKER, take_lease
-from prep.io.lance_tables import prep_metadata
+from prep.contracts.table import read_table_metadata
 from prep.materialize import materialize_shuffle
 from prep.materialize.verify import verify
 from test_images import HYMENOPTERA
@@ -110,7 +110,7 @@ def test_two_pretokenize_runs_on_one_output(tokenizer_dir, shared_data, tmp_path
             summary = json.loads(results[winner][1])
             ds = lance.dataset(out)
             assert ds.count_rows() == summary["rows_written"] == (30, 45)[winner]
-            assert [s["uri"] for s in prep_metadata(ds)["sources"]] == [inputs[winner]]
+            assert [s["uri"] for s in read_table_metadata(ds, "t").sources] == [inputs[winner]]
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prep.io import lance_tables
-from prep.errors import PrepError
+from prep.errors import PrepError, TooManyRejects
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.job import run_decode_images
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
@@ -80,18 +80,21 @@ def rows_in(data: bytes) -> int:
 @given(files=st.lists(FILE, min_size=1, max_size=4))
 def test_fuzzed_text_inputs_never_raise_and_always_reconcile(files, tokenizer_dir, tmp_path):
     work = Path(tempfile.mkdtemp(dir=tmp_path))
-    expected_rows = valid = empty_files = 0
+    expected_rows = valid = 0
     for i, spec in enumerate(files):
         data = file_bytes(spec)
         (work / "in").mkdir(exist_ok=True)
         (work / "in" / f"part-{i}.jsonl").write_bytes(data)  # gzip'd or not: the name says .jsonl
         expected_rows += rows_in(data)
-        empty_files += not data
         if not spec["gzip"]:
             valid += sum(kind == "valid" for kind, _ in spec["lines"])
-    if expected_rows == 0 and empty_files == len(files):
-        return  # nothing to prepare: covered by the empty-file tests
-    cfg = text_config(tokenizer_dir, work / "in", work / "out.lance", max_length=4096)
+    cfg = text_config(tokenizer_dir, work / "in", work / "out.lance", max_length=4096, max_reject_fraction=1.0)
+    if valid == 0:  # nothing usable: the job fails (exit 1) and keeps its rejects to look at
+        with pytest.raises(TooManyRejects):
+            run_pretokenize(cfg)
+        assert not lance_tables.table_exists(cfg.output)
+        assert lance.dataset(cfg.rejects_uri).count_rows(filter="position != 'file'") == expected_rows
+        return
     s = run_pretokenize(cfg)
     table_rows, rejected_rows, rejected_files = committed(cfg.output, cfg.rejects_uri)
     assert s["rows_read"] == expected_rows
@@ -180,7 +183,7 @@ def test_row_accounting_catches_a_worker_whose_counts_disagree_with_its_output(l
     counts[lie] += 1
     with pytest.raises(PrepError, match="row accounting failed"):
         commit_and_reconcile([ChunkResult(0, frags, rej_frags, counts, 0.0)], counts, schema=table.schema, metadata={},
-                             output=out, rejects=rej, s3=None)
+                             output=out, rejects=rej, s3=None, max_reject_fraction=1.0)
     assert not lance_tables.table_exists(out)
 
 

@@ -78,7 +78,7 @@ def test_bad_rows_are_rejected_with_reasons_and_counts_reconcile(tokenizer_dir, 
         ]).encode() + b'\n{"question": "\xc3\x28", "answer": "a"}\n\n' + good.encode() + b"\n"
     )
     (src / "empty.jsonl").write_text("")
-    s = run_pretokenize(config(tokenizer_dir, src, tmp_path / "t.lance", max_length=64))
+    s = run_pretokenize(config(tokenizer_dir, src, tmp_path / "t.lance", max_length=64, max_reject_fraction=0.7))
     assert s["rows_read"] == 10 and s["rows_written"] == 3 and s["rows_rejected"] == 7
     assert s["rows_read"] == s["rows_written"] + s["rows_rejected"]
     rej = lance.dataset(tmp_path / "t.rejects.lance").to_table().to_pylist()

@@ -55,6 +55,62 @@ def test_empty_file_is_a_file_level_reject(tmp_path):
     assert rec.rows == [] and rec.rejects[0].position == "file" and rec.rejects[0].reason == "empty file"
 
 
+def test_files_without_rows_are_empty_files_like_a_zero_byte_file(tmp_path):
+    """An empty .gz, a file of blank lines, an empty Parquet file, an empty JSON array, a CSV header (issue 21, #16)."""
+    import gzip
+
+    (tmp_path / "zero.jsonl").write_bytes(b"")
+    (tmp_path / "empty.jsonl.gz").write_bytes(gzip.compress(b"", mtime=0))
+    (tmp_path / "blank.jsonl").write_bytes(b"\n  \n\t\n")
+    (tmp_path / "blank.txt").write_bytes(b"\n\n \n")
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "empty.parquet")
+    (tmp_path / "empty.json").write_text("[]")
+    (tmp_path / "header.csv").write_text("question,answer\n")
+    (tmp_path / "rows.jsonl").write_text('{"text": "a"}\n\n')
+    sources = list_sources([str(tmp_path)])
+    chunks = plan_chunks(sources, 1 << 20)
+    assert len(chunks) == len(sources) == 8
+    files = {c.source.key: [(r.position, r.reason) for r in read_chunk(c).rejects] for c in chunks}
+    for name, rejects in files.items():
+        if name == "rows.jsonl":
+            assert rejects == []
+        else:
+            assert [p for p, _ in rejects] == ["file"] and rejects[0][1].startswith("empty file"), (name, rejects)
+    assert files["blank.jsonl"][0][1] == "empty file (3 blank lines, no rows)"
+
+
+def test_a_file_that_changes_after_listing_is_an_error_naming_it(tmp_path):
+    """Issue 21, #15: the provenance recorded at planning is checked against the file after reading it."""
+    import os
+
+    path, _ = lines_file(tmp_path, 200)
+    chunks = plan_chunks(list_sources([str(path)]), 4096)
+    assert len(chunks) > 1
+    read_chunk(chunks[0])
+    with open(path, "ab") as f:  # appended to while the job reads it
+        f.write(b'{"question": "late", "answer": "row"}\n')
+    with pytest.raises(PrepError, match=r"rows\.jsonl changed while the job read it \(size .* bytes\)"):
+        read_chunk(chunks[1])
+    chunks = plan_chunks(list_sources([str(path)]), 1 << 20)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # same size, rewritten in place
+    with pytest.raises(PrepError, match="changed while the job read it .mtime"):
+        read_chunk(chunks[0])
+
+
+@pytest.mark.s3
+def test_an_object_replaced_after_listing_is_an_error_naming_it(s3_env, s3_bucket):
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    s3.put_object(Bucket=s3_bucket, Key="in/a.jsonl", Body=b'{"text": "one"}\n')
+    chunks = plan_chunks(list_sources([f"s3://{s3_bucket}/in/"]), 1 << 20)
+    assert read_chunk(chunks[0]).rows == [{"text": "one"}]
+    s3.put_object(Bucket=s3_bucket, Key="in/a.jsonl", Body=b'{"text": "two"}\n')  # same size, new content
+    with pytest.raises(PrepError, match=r"a\.jsonl changed while the job read it \(ETag"):
+        read_chunk(chunks[0])
+
+
 def test_missing_path_and_directory_without_matches_are_clear_errors(tmp_path):
     with pytest.raises(PrepError, match="input not found: .*nothing.jsonl"):
         list_sources([str(tmp_path / "nothing.jsonl")])

@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, command in sub.choices.items():
         _add_output_flags(command, argparse.SUPPRESS)
         command.formatter_class = argparse.RawDescriptionHelpFormatter
-        command.epilog = textwrap.fill(epilog(mismatch=name == "verify"), width=100)
+        command.epilog = textwrap.fill(epilog(mismatch=name == "verify", rejects=name in ("pretokenize", "decode-images")), width=100)
         command.set_defaults(command_parser=command)
     return parser
 

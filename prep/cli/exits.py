@@ -3,7 +3,8 @@
 The one place that turns an error into what the user sees. Codes:
 
 - 0: OK.
-- 1: ``prep verify`` found a mismatch (the report is on stdout, a one-line summary on stderr).
+- 1: ``prep verify`` found a mismatch (the report is on stdout, a one-line summary on stderr), or a
+  prepare job rejected more rows than ``max_reject_fraction`` allows, or all of them.
 - 2: unusable input or a usage error: one line on stderr naming the file or flag and the fix.
 - 3: an unexpected error (a bug in prep): one line; ``prep -v`` shows the traceback.
 """
@@ -16,18 +17,20 @@ import sys
 import traceback
 from typing import NoReturn, Sequence
 
-from prep.errors import PrepError, one_line
+from prep.errors import PrepError, TooManyRejects, one_line
 
 __all__ = ["OK", "MISMATCH", "UNUSABLE", "BUG", "OneLineParser", "at_least", "epilog", "fail"]
 
 OK, MISMATCH, UNUSABLE, BUG = 0, 1, 2, 3
 
 
-def epilog(*, mismatch: bool = False) -> str:
+def epilog(*, mismatch: bool = False, rejects: bool = False) -> str:
     """The exit-code paragraph of ``prep <cmd> --help``."""
     codes = ["0 OK"]
     if mismatch:
         codes.append("1 verification mismatch (report on stdout, one-line summary on stderr)")
+    if rejects:
+        codes.append("1 too many rows rejected (over --max-reject-fraction, or all of them; one line on stderr)")
     codes += ["2 unusable input or usage error (one line on stderr naming the file or flag)",
               "3 unexpected error, a bug in prep (rerun with `prep -v` for the traceback)"]
     return "exit status: " + "; ".join(codes) + "."
@@ -76,7 +79,7 @@ def _with_flags(message: str, flags: dict[str, str]) -> str:
 def fail(exc: BaseException, *, command: str, parser: argparse.ArgumentParser, argv: Sequence[str], verbose: bool) -> int:
     """Prints ``exc`` as one line on stderr and returns its exit code."""
     if isinstance(exc, PrepError):
-        code, text = UNUSABLE, one_line(exc, limit=1000)
+        code, text = MISMATCH if isinstance(exc, TooManyRejects) else UNUSABLE, one_line(exc, limit=1000)
     elif isinstance(exc, (OSError, ValueError)):  # Lance, Arrow, JSON and file errors about the input
         code, text = UNUSABLE, f"{type(exc).__name__}: {one_line(exc)}"
     else:

@@ -10,11 +10,18 @@ Row accounting compares counts taken where they happen, never derived from each
 other: rows parsed and rows accepted (counted by the workers as they read and as
 they emit rows), rejected rows (counted in the committed rejects table) and table
 rows (counted in the committed table, against the rows the fragments hold).
+
+The commit order is rejects, then (within the reject budget) the table, so a job
+stopped between the two (killed, or over ``max_reject_fraction``) leaves a rejects
+table whose table was never committed: the plain rerun takes it for this job's
+leftovers and replaces it. The commit points call :func:`prep.prepare.faults.maybe_raise`
+(``commit``: ``claimed``, ``rejects``, ``table``, ``cleaned``) so tests can kill a job at each.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,17 +32,19 @@ import pyarrow as pa
 import prep
 from prep.io import lance_tables
 from prep.io import storage
-from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, TableMetadata
+from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, TableMetadata, read_metadata
 from prep.runtime.config import JobConfig, config_hash
 from prep.errors import PrepError
 from prep.runtime.progress import Bar
+from prep.prepare import faults
 from prep.prepare.isolation import Limits
 from prep.prepare.chunk_runner import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
 from prep.contracts.ownership import Lease, claim_outputs, hold
-from prep.prepare.rejects import REJECTS_SCHEMA
+from prep.prepare.rejects import REJECTS_SCHEMA, check_budget
 from prep.runtime.ray_cluster import use_ray
 
-__all__ = ["JobPlan", "PrepareJob", "run_prepare", "executor_for", "where_it_ran", "commit_and_reconcile"]
+__all__ = ["JobPlan", "PrepareJob", "run_prepare", "executor_for", "where_it_ran", "check_apart", "rejects_without_table",
+           "commit_and_reconcile"]
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +106,20 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
 def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     cfg = job.cfg
     t0 = time.perf_counter()
+    check_apart(cfg.output, cfg.rejects_uri)
+    spec = faults.from_env()
+    faults.arm(spec)
     s3 = cfg.s3.options().resolved()
-    plan = job.plan(s3)  # inputs before the claim: a typo in --input leaves the output as it was
-    claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite, s3=s3)
+    plan = job.plan(s3)  # inputs first: a typo in --input never reaches the output
+    orphan = rejects_without_table(cfg.output, cfg.rejects_uri, s3)
+    claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite or orphan, s3=s3)
+    faults.maybe_raise("commit", "claimed")
     opts = storage.lance_storage_options(cfg.output, s3)
     executor = executor_for(cfg)
     ray_seconds = start_ray(cfg) if executor == "ray" else 0.0
     t_run = time.perf_counter()
     with Bar(len(plan.chunks), f"{job.name} {cfg.output.rstrip('/').rsplit('/', 1)[-1]}", unit="chunk") as bar:
-        results = run_chunks(plan.chunks, job.worker(plan, s3), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
+        results = run_chunks(plan.chunks, faults.Armed(job.worker(plan, s3), spec), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
                              on_result=_advance(bar, t_run), resources=cfg.ray.resources)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
@@ -122,9 +136,10 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     for lease in leases:
         lease.check()  # a run that lost its lease (it looked dead) commits nothing
     commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
-                         rejects=cfg.rejects_uri, s3=s3)
-    if cfg.overwrite:
+                         rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction)
+    if cfg.overwrite or orphan:
         drop_old_versions(cfg, s3)
+        faults.maybe_raise("commit", "cleaned")
     t_end = time.perf_counter()
     return {
         "table": cfg.output,
@@ -173,6 +188,38 @@ def executor_for(cfg: JobConfig) -> Executor:
     return "ray" if use_ray(cfg.ray.address) else "local"
 
 
+def _comparable(uri: str) -> str:
+    return uri.rstrip("/") if storage.is_remote(uri) else os.path.realpath(os.path.expanduser(uri))
+
+
+def check_apart(output: str, rejects: str) -> None:
+    """Refuses a rejects path equal to the output, or either inside the other: one commit
+    would land on the other's files.
+
+    Raises:
+        PrepError: naming both paths, before anything is written.
+    """
+    a, b = _comparable(output), _comparable(rejects)
+    if a == b or b.startswith(a + "/") or a.startswith(b + "/"):
+        where = "is the output" if a == b else "lies inside the output" if b.startswith(a + "/") else "holds the output"
+        raise PrepError(f"rejects: {rejects} {where} ({output}); set rejects to a path of its own, "
+                        "or leave it out (default: <output>.rejects.lance beside the output)")
+
+
+def rejects_without_table(output: str, rejects: str, s3: storage.S3Options) -> bool:
+    """True when ``rejects`` holds a rejects table of ``output`` and ``output`` holds no
+    committed table: a job that stopped between its two commits (killed, or over its
+    reject budget) left it, and the rerun replaces it without ``--overwrite``."""
+    rejects_opts = storage.lance_storage_options(rejects, s3)
+    if not lance_tables.table_exists(rejects, rejects_opts):
+        return False
+    meta = read_metadata(lance_tables.open_table(rejects, storage_options=rejects_opts).schema.metadata, rejects)
+    if not isinstance(meta, RejectsMetadata) or meta.of != output or lance_tables.table_exists(output, storage.lance_storage_options(output, s3)):
+        return False
+    log.warning("%s holds the rejects of a job whose table %s was never committed; this job replaces them", rejects, output)
+    return True
+
+
 def commit_and_reconcile(
     results: list[ChunkResult],
     counts: dict[str, int],
@@ -182,18 +229,23 @@ def commit_and_reconcile(
     output: str,
     rejects: str,
     s3: storage.S3Options,
+    max_reject_fraction: float,
 ) -> None:
-    """Commits the rejects, checks every count against its other side, then commits the table.
+    """Commits the rejects, checks every count against its other side and the reject
+    budget, then commits the table.
 
-    The table is committed last and only when the counts reconcile, so a
-    complete-looking table implies complete rejects and no lost rows.
+    The table is committed last and only when the counts reconcile and the rejects
+    are within ``max_reject_fraction``, so a complete-looking table implies complete
+    rejects and no lost rows.
 
     Raises:
+        TooManyRejects: over the budget, or every row rejected; the rejects stay committed.
         PrepError: a mismatch, naming both numbers; no new table version is committed.
     """
     rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
     reject_fragments = [f for r in results for f in r.reject_fragments]
     rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
+    faults.maybe_raise("commit", "rejects")
     rejected_rows = rej.count_rows(filter="position != 'file'")
     fragments = [f for r in results for f in r.fragments]
     in_fragments = sum(f.physical_rows for f in fragments)
@@ -201,8 +253,14 @@ def commit_and_reconcile(
     _check("rows the workers rejected", counts["rows_rejected"], f"rows in {rejects}", rejected_rows)
     _check("files the workers rejected", counts["files_rejected"], f"files in {rejects}", rej.count_rows() - rejected_rows)
     _check("rows the workers wrote", counts["rows_written"], "rows in the written fragments", in_fragments)
+    check_budget(counts["rows_read"], rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
     table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
+    faults.maybe_raise("commit", "table")
     _check("rows in the written fragments", in_fragments, f"rows committed to {output}", table.count_rows())
+
+
+def _reasons(rejects: Any) -> list[str]:
+    return rejects.to_table(columns=["reason"], filter="position != 'file'").column("reason").to_pylist()
 
 
 def _check(left: str, a: int, right: str, b: int) -> None:

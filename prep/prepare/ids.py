@@ -1,9 +1,12 @@
 """Stable row ids: the same source row gets the same uint64 id on every run.
 
-An id mixes a 64-bit hash of the source key (the path relative to the input
-root) with the row's position in that source (line byte offset, row number,
-member name hash...), through SplitMix64 so nearby positions spread out. It is
-vectorized: one call per chunk, no per-row Python.
+An id mixes a 64-bit hash of the source key with the row's position in that
+source (line byte offset, row number, member name hash...), through SplitMix64 so
+nearby positions spread out. The source key is the file's whole identity under the
+inputs (:attr:`prep.prepare.listing.ListedFile.ids_from`: its path relative to the
+folder all inputs share, or its full URI), never its base name, so two
+``train.jsonl`` in two folders never share ids. It is vectorized: one call per
+chunk, no per-row Python.
 """
 
 from __future__ import annotations

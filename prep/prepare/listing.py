@@ -4,35 +4,52 @@ One set of rules: an existing path wins over glob syntax (``photos [2020]/`` is 
 folder, not a pattern); a folder is listed recursively; a glob lists what matches;
 hidden files and anything under a hidden folder are skipped; files come sorted by
 path, so the same inputs always give the same order. Each file carries its key (its
-path relative to the input's root, which ids derive from) and its identity (size and
-mtime, or ETag on object stores) for the table's provenance.
+path relative to its input's root: class folders, messages), its id key (what row ids
+derive from: its path relative to the root all inputs share, or its full URI when
+they share none, so same-named files in different folders never share ids) and its
+identity (size and mtime, and the ETag on object stores) for the table's provenance
+and to notice a file that changes while the job reads it. A file that several
+inputs list is read once, with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from prep.io import storage
-from prep.errors import PrepError
+from prep.errors import PrepError, one_line
 
-__all__ = ["ListedFile", "Listing", "list_input", "row_group_ranges"]
+__all__ = ["ListedFile", "Listing", "list_input", "list_inputs", "check_unchanged", "row_group_ranges"]
+
+log = logging.getLogger(__name__)
 
 _GLOB_CHARS = "*?["
 
 
 @dataclass(frozen=True)
 class ListedFile:
-    """One input file: its URI, its key (relative to the input root) and its identity."""
+    """One input file: its URI, its key (relative to its input's root), its identity and its id key.
+
+    ``id_key`` is what row ids derive from (see the module docstring); :func:`list_inputs`
+    sets it, and it is ``key`` for a file listed on its own.
+    """
 
     uri: str
     key: str
     size: int
     mtime: str
+    etag: str = ""
+    id_key: str = ""
 
     def describe(self) -> dict[str, Any]:
         return {"uri": self.uri, "size": self.size, "mtime": self.mtime}
+
+    @property
+    def ids_from(self) -> str:
+        return self.id_key or self.key
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,10 @@ def _hidden(rel: str) -> bool:
 
 def _mtime(info: dict[str, Any]) -> str:
     return str(info.get("mtime") or info.get("LastModified") or info.get("ETag") or "")
+
+
+def _etag(info: dict[str, Any]) -> str:
+    return str(info.get("ETag") or "").strip('"')
 
 
 def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable[[str], bool] = lambda path: True,
@@ -75,13 +96,81 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
     else:
         raise PrepError(f"input not found: {given}")
     files = [
-        ListedFile(prefix + p, posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info))
+        ListedFile(prefix + p, posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info))
         for p, info in sorted(found.items())
         if info.get("type", "file") == "file" and not _hidden(posixpath.relpath(p, root)) and accept(p)
     ]
     if not files:
         raise PrepError(f"input {given} holds no {what}")
     return Listing(given, root, files, is_dir)
+
+
+def list_inputs(givens: list[str], s3: storage.S3Options | None = None, accept: Callable[[str], bool] = lambda path: True,
+                what: str = "files") -> list[Listing]:
+    """:func:`list_input` for every input, each file once (the first input that lists it
+    keeps it; a warning names the others), every file's ``id_key`` set.
+
+    An input that only repeats files listed before is dropped, with the warning.
+
+    Raises:
+        PrepError: as :func:`list_input`.
+    """
+    listings, seen = [], set()
+    for given in givens:
+        listing = list_input(given, s3, accept, what)
+        files = [f for f in listing.files if f.uri not in seen]
+        if len(files) < len(listing.files):
+            again = [f.uri for f in listing.files if f.uri in seen]
+            log.warning("input %s lists %d file(s) an earlier input already lists (%s%s); each is read once",
+                        given, len(again), again[0], " ..." if len(again) > 1 else "")
+        seen.update(f.uri for f in files)
+        if files:
+            listings.append(Listing(listing.given, listing.root, files, listing.is_dir))
+    common = _common_root(sorted({("s3://" if l.given.startswith("s3://") else "") + l.root for l in listings}))
+    return [Listing(l.given, l.root, [replace(f, id_key=_below(f.uri, common)) for f in l.files], l.is_dir) for l in listings]
+
+
+def _common_root(roots: list[str]) -> str | None:
+    """The folder every root lies in, None when they share no scheme.
+
+    >>> _common_root(["/d/a", "/d/b/c"]), _common_root(["s3://x/a", "s3://y/b"]), _common_root(["/d", "s3://x"])
+    ('/d', 's3://', None)
+    """
+    heads = {r[: r.index("://") + 3] if "://" in r else "" for r in roots}
+    if len(heads) != 1:
+        return None
+    head = heads.pop()
+    return head + posixpath.commonpath([r[len(head):] for r in roots])
+
+
+def _below(uri: str, root: str | None) -> str:
+    """``uri`` relative to ``root`` (a folder it lies in), or the whole URI when there is none.
+
+    >>> _below("/d/a/x.jsonl", "/d"), _below("s3://x/a.jsonl", "s3://"), _below("/d/x", None)
+    ('a/x.jsonl', 'x/a.jsonl', '/d/x')
+    """
+    return uri if root is None else uri[len(root):].lstrip("/")
+
+
+def check_unchanged(file: ListedFile, s3: storage.S3Options | None = None) -> None:
+    """Raises if ``file`` no longer has the size and mtime (ETag on object stores) it was
+    listed with: a file written to while the job reads it would give rows of two versions.
+
+    Raises:
+        PrepError: naming the file and what changed.
+    """
+    fs, path = storage.filesystem(file.uri, s3)
+    try:
+        info = fs.info(path, refresh=True)
+    except FileNotFoundError:
+        raise PrepError(f"{file.uri} was removed while the job read it; rerun once the inputs stay put") from None
+    except OSError as exc:
+        raise PrepError(f"cannot check {file.uri} after reading it ({type(exc).__name__}: {one_line(exc, limit=200)})") from None
+    size, etag = int(info.get("size") or 0), _etag(info)
+    before, after = (file.size, file.etag or file.mtime), (size, etag if file.etag else _mtime(info))
+    if before != after:
+        what = f"size {file.size:,} -> {size:,} bytes" if file.size != size else f"{'ETag' if file.etag else 'mtime'} {before[1]} -> {after[1]}"
+        raise PrepError(f"{file.uri} changed while the job read it ({what}); rerun once it is no longer being written")
 
 
 def row_group_ranges(meta: Any, max_bytes: int, max_rows: int | None = None) -> list[tuple[int, int, int]]:

@@ -92,6 +92,10 @@ class JobConfig(ConfigModel):
             becoming a reject, before the chunk and the job fail (default 16).
         max_task_retries: retries of a chunk whose worker died outside any single item,
             and of a Ray task (default 3; never unlimited).
+        max_reject_fraction: the share of rows read that may be rejected (default 0.1).
+            Past it, or when every row is rejected (whatever this is), the job exits 1
+            naming the top reasons; the rejects table is committed, the table is not
+            (see docs/architecture.md, "Reject budget").
     """
 
     input: str | list[str]
@@ -103,6 +107,7 @@ class JobConfig(ConfigModel):
     item_timeout_s: float = Field(default=60.0, gt=0)
     max_bad_items_per_chunk: int = Field(default=16, ge=0)
     max_task_retries: int = Field(default=3, ge=0)
+    max_reject_fraction: float = Field(default=0.1, ge=0, le=1)
     s3: S3Config = S3Config()
     ray: RayConfig = RayConfig()
 
@@ -160,7 +165,8 @@ def load_config(model: type[T], path: str | Path | None = None, **overrides: Any
 
 # Keys that say where and how a job runs, not what it makes: left out of the hash (and s3, which
 # holds secrets). item_timeout_s stays in: it can decide whether a slow item is a row or a reject.
-RUNTIME_KEYS = frozenset({"s3", "ray", "executor", "overwrite", "max_bad_items_per_chunk", "max_task_retries"})
+RUNTIME_KEYS = frozenset({"s3", "ray", "executor", "overwrite", "max_bad_items_per_chunk", "max_task_retries",
+                          "max_reject_fraction"})
 
 
 def config_hash(cfg: BaseModel) -> str:

@@ -9,7 +9,6 @@ in a format a newer prep wrote, a materialized output missing a split.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from importlib import metadata as dist
 from typing import Any, Literal
@@ -25,6 +24,7 @@ from prep.errors import PrepError
 from prep.contracts.table import RejectsMetadata, TableMetadata, read_metadata, read_table_metadata
 from prep.contracts.manifest import MANIFEST, Manifest, read_manifest
 from prep.contracts.ownership import MARKER
+from prep.prepare.rejects import reason_group
 
 __all__ = ["Kind", "is_materialized", "open_prepared", "inspect_path", "decode_rows", "reason_group", "format_report", "to_json", "PERCENTILES"]
 
@@ -63,23 +63,12 @@ def open_prepared(path: str, s3: storage.S3Options | None = None) -> tuple[Kind,
     return "table", ds
 
 
-def reason_group(reason: str) -> str:
-    """A reject reason with its numbers and quoted values blanked, so alike rejects group together.
-
-    >>> reason_group("1234 tokens > max_length 1024")
-    'N tokens > max_length N'
-    >>> reason_group("missing field 'answer'")
-    "missing field '…'"
-    """
-    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'…'", reason))
-
-
 def inspect_path(path: str, *, rows: int = 0, s3: storage.S3Options | None = None) -> dict[str, Any]:
     """The report for ``path`` (``rows``: how many sample rows to decode), as a JSON-ready dict."""
     if is_materialized(path, s3):
         return _materialized(path, rows, s3)
     kind, ds = open_prepared(path, s3)
-    report = _table(path, ds, rows, s3) if kind == "table" else _rejects(path, ds, rows)
+    report = _table(path, ds, rows, s3) if kind == "table" else _rejects(path, ds, rows, s3)
     return {"kind": kind, "path": path, **report}
 
 
@@ -109,7 +98,7 @@ def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options |
     rejects_uri = meta.rejects_uri
     if rejects_uri and storage.exists(storage.join(rejects_uri, "_versions"), s3):
         rej = lance_tables.open_table(rejects_uri, storage_options=storage.lance_storage_options(rejects_uri, s3))
-        report["rejects"] = {"path": rejects_uri, **_rejects(rejects_uri, rej, 0)}
+        report["rejects"] = {"path": rejects_uri, **_rejects(rejects_uri, rej, 0, s3)}
     else:
         report["rejects"] = {"path": rejects_uri, "missing": True}
     return report
@@ -181,7 +170,7 @@ def _label(names: list[str], label: int) -> str:
 
 # --- rejects ---------------------------------------------------------------------------------------
 
-def _rejects(path: str, ds: lance.LanceDataset, rows: int) -> dict[str, Any]:
+def _rejects(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options | None) -> dict[str, Any]:
     t = ds.to_table(columns=["source", "position", "reason", "raw"])
     groups: dict[str, dict[str, Any]] = {}
     for source, position, reason, raw in zip(*(t[c].to_pylist() for c in ("source", "position", "reason", "raw"))):
@@ -190,8 +179,9 @@ def _rejects(path: str, ds: lance.LanceDataset, rows: int) -> dict[str, Any]:
         if len(g["examples"]) < max(_EXAMPLES_PER_REASON, rows):
             g["examples"].append({"source": source, "position": position, "reason": reason, "raw": (raw or "")[:160]})
     ordered = dict(sorted(groups.items(), key=lambda kv: -kv[1]["count"]))
-    of = read_metadata(ds.schema.metadata, path)
-    return {"num_rows": t.num_rows, "of": of.of if isinstance(of, RejectsMetadata) else None,
+    meta = read_metadata(ds.schema.metadata, path)
+    of = meta.of if isinstance(meta, RejectsMetadata) else None
+    return {"num_rows": t.num_rows, "of": of, "table_committed": bool(of) and storage.exists(storage.join(of, "_versions"), s3),
             "files_rejected": int(pc.sum(pc.equal(t["position"], "file")).as_py() or 0), "reasons": ordered}
 
 
@@ -259,7 +249,11 @@ def to_json(report: dict[str, Any]) -> dict[str, Any]:
 def format_report(r: dict[str, Any]) -> str:
     """The human report: one block per part, the figures first."""
     if r["kind"] == "rejects":
-        return "\n".join([f"{r['path']}: rejects of {r['of']}", *_reasons(r)])
+        head = f"{r['path']}: rejects of {r['of']}"
+        if not r["table_committed"]:
+            head += (", a table that was never committed (its job stopped after writing these rejects: killed, or over "
+                     "max_reject_fraction); rerun that job: it replaces these rejects")
+        return "\n".join([head, *_reasons(r)])
     if r["kind"] == "materialized":
         return _format_materialized(r)
     lines = [f"{r['path']}: prepared {r['table_kind']} table, version {r['version']}, {r['num_rows']:,} rows",

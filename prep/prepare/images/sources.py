@@ -25,7 +25,7 @@ from prep.prepare.images import shards, tables
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.labels import LabelMap
 from prep.prepare.ids import key_hash
-from prep.prepare.listing import Listing, list_input
+from prep.prepare.listing import Listing, list_inputs
 from prep.prepare.images.samples import FILE_KEY, Sample
 from prep.prepare.images.shards import TarChunk
 from prep.prepare.images.tables import ParquetChunk
@@ -96,9 +96,9 @@ def _imagefolder(listing: Listing) -> tuple[list[FileItem], dict[str, Any]]:
         total += f.size
         digest.update(f"{f.key}\0{f.size}\0{f.mtime}\n".encode())
         if "/" not in f.key:
-            items.append(FileItem(f.uri, f.key, size=f.size, problem="not inside a class folder (expected root/<class>/image)"))
+            items.append(FileItem(f.uri, f.ids_from, size=f.size, problem="not inside a class folder (expected root/<class>/image)"))
         else:
-            items.append(FileItem(f.uri, f.key, label=f.key.split("/", 1)[0], size=f.size))
+            items.append(FileItem(f.uri, f.ids_from, label=f.key.split("/", 1)[0], size=f.size))
     return items, {"uri": listing.given, "files": len(listing.files), "bytes": total, "listing_sha256": digest.hexdigest()}
 
 
@@ -152,7 +152,7 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> Plan:
             manifest/Parquet file lacks the configured columns.
     """
     s3 = s3 or cfg.s3.options().resolved()
-    listings = [list_input(given, s3) for given in cfg.inputs]
+    listings = list_inputs(cfg.inputs, s3)
     kinds = {cfg.source if cfg.source != "auto" else _infer_kind(cfg, listing, s3) for listing in listings}
     if len(kinds) > 1:
         raise PrepError(f"inputs {cfg.inputs} mix source kinds {sorted(kinds)}; prepare them as separate tables")
@@ -173,10 +173,10 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> Plan:
         return Plan(kind, _file_chunks(items, cfg), labels, sources, len(items))
     described = [f for listing in listings for f in listing.files]
     if kind == "webdataset":
-        chunks = [TarChunk(f.uri, f.key) for f in described]
+        chunks = [TarChunk(f.uri, f.ids_from) for f in described]
         labels = LabelMap(tuple(cfg.labels)) if cfg.labels is not None else LabelMap(None)
     else:
-        chunks = [c for f in described for c in tables.parquet_chunks(f.uri, f.key, cfg, s3)]
+        chunks = [c for f in described for c in tables.parquet_chunks(f.uri, f.ids_from, cfg, s3)]
         names = tables.parquet_label_names(uri=described[0].uri, column=cfg.label_column, s3=s3)
         if cfg.labels is None and names is not None:
             labels = LabelMap(tuple(names))

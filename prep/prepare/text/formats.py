@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from prep.errors import PrepError
+from prep.prepare import faults
 from prep.prepare.text.chat_template import compile_chat_template
 from prep.prepare.text.tokenizer import ResolvedTokenizer
 
@@ -127,6 +128,8 @@ class SFTFormatter:
         if not isinstance(row, dict):
             raise RowError(f"expected an object with SFT fields, got {type(row).__name__}")
         messages = _to_messages(row, self._schema, self._messages_column)
+        if faults.active():  # tests only: an exception from inside the template stage
+            faults.maybe_raise("template", "\n".join(m["content"] for m in messages))
         if self._prompt_template is not None:
             return self._format_strings(messages)
         if self._frame and len(messages) == 2 and messages[0]["role"] == "user" and messages[1]["role"] == "assistant":

@@ -12,23 +12,25 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
+from prep.errors import one_line
 from prep.io import storage
 from prep.runtime.config import ConfigModel, JobConfig
+from prep.prepare import faults
 from prep.prepare.text.formats import RowError, Segments, SFTFormatter, TextFormatter
 from prep.prepare.driver import JobPlan, run_prepare, where_it_ran
 from prep.prepare.ids import stable_ids
 from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.chunk_runner import ChunkOutput
-from prep.prepare.rejects import Reject
+from prep.prepare.rejects import RAW_PREFIX_CHARS, Reject
 from prep.prepare.text.sources import Chunk, InputFormat, TextUnit, list_sources, plan_chunks, read_chunk
 from prep.prepare.text.tokenizer import ResolvedTokenizer, resolve_tokenizer
-from prep.prepare.text.tokens import OverlongPolicy, encode_segments, limit_length, pack
+from prep.prepare.text.tokens import OverlongPolicy, encode_rows, limit_length, pack
 
 __all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "TextJob", "run_pretokenize", "table_schema", "format_summary"]
 
@@ -116,7 +118,13 @@ def table_schema(cfg: PretokenizeConfig) -> pa.Schema:
 
 @dataclass(frozen=True)
 class TextChunkWorker:
-    """Reads, formats, tokenizes (and packs) one chunk. Runs inside Ray tasks."""
+    """Reads, formats, tokenizes (and packs) one chunk. Runs inside Ray tasks.
+
+    Whatever one row raises at any stage (parse, format, template, tokenize, its
+    passthrough fields) makes that row a reject naming the stage, the exception's type
+    and message; only what is not about one row (reading or writing the chunk, a
+    tokenizer that fails on every row) fails the chunk.
+    """
 
     cfg: PretokenizeConfig
     tokenizer: ResolvedTokenizer
@@ -136,17 +144,33 @@ class TextChunkWorker:
                          prompt_template=cfg.sft.prompt_template, response_template=cfg.sft.response_template)
             if cfg.format == "sft" else TextFormatter(cfg.text_column)
         )
-        segments, kept = Segments(), []
+        segments, kept, extra = Segments(), [], []
+        armed = faults.active()
         for (i, row), poison in progress.items(enumerate(records.rows), name=lambda item: _raw(item[1])):
             try:
                 if poison is not None:  # crashed or hung this worker before: rejected, not formatted again
                     raise RowError(poison)
-                segments.add_row(formatter(row))
-                kept.append(i)
+                if armed:
+                    faults.maybe_raise("format", _raw(row))
+                row_segments = formatter(row)
+                passed = [_as_text(row, name) for name in cfg.passthrough]
             except RowError as exc:
                 rejects.append(Reject(chunk.source.uri, records.position_label(i), str(exc), _raw(row)))
+                continue
+            except Exception as exc:  # whatever one row raises costs that row only
+                rejects.append(Reject(chunk.source.uri, records.position_label(i), _failed("format", exc), _raw(row)))
+                continue
+            segments.add_row(row_segments)
+            kept.append(i)
+            extra.append(passed)
+        rows, failed = encode_rows(tok.backend(), segments, eos_id=tok.eos_id if cfg.format == "pretrain" else None,
+                                   name=lambda j: _raw(records.rows[kept[j]]))
+        for j, exc in failed.items():
+            i = kept[j]
+            rejects.append(Reject(chunk.source.uri, records.position_label(i), _failed("tokenize", exc, _segments_of(segments, j)), _raw(records.rows[i])))
+        if failed:
+            kept, extra = [k for j, k in enumerate(kept) if j not in failed], [e for j, e in enumerate(extra) if j not in failed]
         kept_idx = np.asarray(kept, np.int64)
-        rows = encode_segments(tok.backend(), segments, eos_id=tok.eos_id if cfg.format == "pretrain" else None)
 
         source_row, piece = np.arange(rows.num_rows), np.zeros(rows.num_rows, np.int64)
         if cfg.max_length is not None:
@@ -173,7 +197,7 @@ class TextChunkWorker:
             n, width = packed.input_ids.shape if packed.input_ids.size else (0, cfg.pack.seq_len)
             table = pa.table(
                 {
-                    "id": stable_ids(f"{chunk.source.key}#packed@{chunk.start}", np.arange(n)),
+                    "id": stable_ids(f"{chunk.source.ids_from}#packed@{chunk.start}", np.arange(n)),
                     "input_ids": pa.FixedSizeListArray.from_arrays(packed.input_ids.ravel(), width),
                     "loss_mask": pa.FixedSizeListArray.from_arrays(packed.loss_mask.ravel(), width),
                     "position_ids": pa.FixedSizeListArray.from_arrays(packed.position_ids.ravel(), width),
@@ -184,13 +208,13 @@ class TextChunkWorker:
         else:
             input_ids, loss_mask = rows.arrow_lists()
             columns: dict[str, Any] = {
-                "id": _piece_ids(chunk.source.key, positions, piece),
+                "id": _piece_ids(chunk.source.ids_from, positions, piece),
                 "input_ids": input_ids,
                 "loss_mask": loss_mask,
                 "length": rows.lengths.astype(np.int32),
             }
-            for name in cfg.passthrough:
-                columns[name] = [_as_text(records.rows[int(kept_idx[r])], name) for r in source_row]
+            for c, name in enumerate(cfg.passthrough):
+                columns[name] = [extra[r][c] for r in source_row]
             table = pa.table(columns, schema=table_schema(cfg))
         counts["rows_written"] = table.num_rows
         return ChunkOutput(table, rejects, counts)
@@ -205,12 +229,43 @@ def _piece_ids(key: str, positions: np.ndarray, piece: np.ndarray) -> np.ndarray
 
 
 def _raw(row: Any) -> str:
-    return row if isinstance(row, str) else json.dumps(row, ensure_ascii=False, default=str)[:200]
+    """A prefix of the row as text, for its reject (never raises: it describes rows that did)."""
+    if isinstance(row, str):
+        return row[:RAW_PREFIX_CHARS]
+    try:
+        return json.dumps(row, ensure_ascii=False, default=str)[:RAW_PREFIX_CHARS]
+    except Exception:  # nested past the encoder's limit, or worse
+        return f"<a {type(row).__name__} that cannot be shown>"
+
+
+def _failed(stage: str, exc: BaseException, texts: Sequence[str] = ()) -> str:
+    """A reject reason for an exception one row raised at ``stage``."""
+    if stage == "tokenize" and any(_has_surrogate(t) for t in texts):
+        return "tokenize: the text holds a lone surrogate (e.g. a JSON \\ud800 escape), which is not Unicode text"
+    return f"{stage}: {type(exc).__name__}: {one_line(exc, limit=200)}"
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode()
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def _segments_of(segments: Segments, row: int) -> list[str]:
+    """The texts of ``row`` in ``segments``."""
+    start = sum(segments.counts[:row])
+    return segments.texts[start:start + segments.counts[row]]
 
 
 def _as_text(row: Any, name: str) -> str | None:
+    """A passthrough field as a string Arrow can store (a row whose field cannot be is rejected)."""
     value = row.get(name) if isinstance(row, dict) else None
-    return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
+    text = value if value is None or isinstance(value, str) else json.dumps(value, default=str)
+    if text is not None:
+        text.encode()  # a lone surrogate raises here, for this row, not in the chunk's table
+    return text
 
 
 @dataclass(frozen=True)

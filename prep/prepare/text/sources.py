@@ -7,8 +7,14 @@ Parquet file, or a whole JSON/CSV file. A compressed text file (``.gz``, ``.zst`
 one chunk (a compressed stream cannot be entered in the middle); its row positions are
 offsets in the decompressed bytes. Chunks are planned by the driver from
 file sizes (and Parquet footers) only, so the same inputs always give the same
-chunks, whatever the cluster. Readers never raise on a bad row: they return a
-:class:`~prep.prepare.rejects.Reject` naming the file and line.
+chunks, whatever the cluster. Readers never raise on a bad row: whatever a line
+raises while it is parsed (malformed JSON, nesting deeper than Python's parser
+goes, invalid UTF-8...) becomes a :class:`~prep.prepare.rejects.Reject` naming the
+file and line. Integers longer than Python converts by default (4,300 digits) are
+read as ``decimal.Decimal``. A file with no rows at all (0 bytes, an empty
+``.gz``, only blank lines, a Parquet file without rows, an empty JSON array) is a
+file-level reject, ``empty file``. A file whose size or mtime differs after reading
+from what was listed is an error naming it (it changed while the job read it).
 """
 
 from __future__ import annotations
@@ -18,14 +24,16 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal
 
 import numpy as np
 
 from prep.io import storage
 from prep.errors import PrepError, one_line
-from prep.prepare.listing import ListedFile, list_input, row_group_ranges
-from prep.prepare.rejects import Reject
+from prep.prepare import faults
+from prep.prepare.listing import ListedFile, check_unchanged, list_inputs, row_group_ranges
+from prep.prepare.rejects import RAW_PREFIX_CHARS, Reject
 
 __all__ = ["SourceFile", "Chunk", "Records", "list_sources", "plan_chunks", "read_chunk", "InputFormat", "TextUnit"]
 
@@ -63,6 +71,13 @@ class Chunk:
 
     def __str__(self) -> str:
         return f"{self.source.uri} [{self.unit} {self.start}-{self.end})"
+
+    @property
+    def whole_file(self) -> bool:
+        """True when this chunk is all of its file (then an empty result means an empty file)."""
+        if self.unit == "row groups":  # a Parquet file without rows is planned as row groups [0, 0)
+            return self.start == self.end == 0
+        return self.start == 0 and (self.end >= self.source.size or self.source.compression is not None)
 
 
 @dataclass
@@ -105,12 +120,9 @@ def list_sources(inputs: list[str], input_format: InputFormat = "auto", s3: stor
     """
     want = input_format if input_format != "auto" else "/".join(sorted(_EXTENSIONS))
     want += " (also .gz/.zst/.bz2)"
-    found: list[SourceFile] = []
-    for given in inputs:
-        listing = list_input(given, s3, accept=lambda p: _format_of(p, input_format) is not None, what=f"{want} files")
-        found += [SourceFile(f.uri, f.key, f.size, f.mtime, _format_of(f.uri, input_format) or "", _compression_of(f.uri))
-                  for f in listing.files]
-    return found
+    listings = list_inputs(inputs, s3, accept=lambda p: _format_of(p, input_format) is not None, what=f"{want} files")
+    return [SourceFile(f.uri, f.key, f.size, f.mtime, f.etag, f.id_key, _format_of(f.uri, input_format) or "", _compression_of(f.uri))
+            for listing in listings for f in listing.files]
 
 
 def plan_chunks(sources: list[SourceFile], chunk_bytes: int, text_unit: TextUnit = "paragraph", s3: storage.S3Options | None = None) -> list[Chunk]:
@@ -136,6 +148,8 @@ def _parquet_chunks(src: SourceFile, chunk_bytes: int, s3: storage.S3Options | N
             meta = pq.ParquetFile(f).metadata
     except Exception as exc:
         raise PrepError(f"{src.uri}: not a readable Parquet file ({exc})") from None
+    if meta.num_rows == 0:  # no row group to read: one chunk that reports the empty file
+        return [Chunk(src, 0, 0, "row groups", 0)]
     return [Chunk(src, start, end, "row groups", first) for start, end, first in row_group_ranges(meta, chunk_bytes)]
 
 
@@ -202,15 +216,18 @@ def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Re
     keep: list[int] = []
     bad: list[tuple[int, str, bytes]] = []
     blank = 0
+    armed = faults.active()
     for i, line in enumerate(lines):
         if not line.strip():
             blank += 1
             continue
         try:
+            if armed:
+                faults.maybe_raise("parse", line.decode("utf-8", "replace"))
             if as_text:  # utf-8-sig: a byte-order mark opening the file is not text
                 value: Any = line.rstrip(b"\r").decode("utf-8-sig" if i == 0 and offset == 0 else "utf-8")
             else:
-                value = json.loads(line)
+                value = _json_line(line)
                 if not isinstance(value, dict):
                     bad.append((i, f"expected a JSON object, got {type(value).__name__}", line))
                     continue
@@ -218,7 +235,10 @@ def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Re
             bad.append((i, f"invalid UTF-8 at byte {exc.start} of the line", line))
             continue
         except json.JSONDecodeError as exc:
-            bad.append((i, f"malformed JSON: {exc.msg} at column {exc.colno}", line))
+            bad.append((i, f"malformed JSON at column {exc.colno}: {exc.msg}", line))
+            continue
+        except Exception as exc:  # whatever one line raises (nesting too deep, a bug) costs that line only
+            bad.append((i, f"cannot parse: {type(exc).__name__}: {one_line(exc, limit=200)}", line))
             continue
         rows.append(value)
         keep.append(i)
@@ -230,10 +250,28 @@ def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Re
             base = _count_lines_before(chunk, offset, s3) + 1
         return f"line {base + i}"
 
-    rejects = [Reject(chunk.source.uri, line_no(i), reason, raw.decode("utf-8", "replace")) for i, reason, raw in bad]
+    rejects = [Reject(chunk.source.uri, line_no(i), reason, raw[: 4 * RAW_PREFIX_CHARS].decode("utf-8", "replace")) for i, reason, raw in bad]
     recs = Records(rows, starts[keep] if keep else np.zeros(0, np.int64), rejects, blank)
     recs.where = _LazyLabels(keep, line_no)  # type: ignore[assignment]
     return recs
+
+
+def _big_int(digits: str) -> int | Decimal:
+    return int(digits) if len(digits) <= 4300 else Decimal(digits)
+
+
+def _json_line(line: bytes) -> Any:
+    """One JSON value; integers past Python's default conversion limit (4,300 digits) as Decimal.
+
+    The limit is a guard against slow conversions, not a JSON rule, so such a row is read,
+    not rejected; only lines that hit it pay for the second parse.
+    """
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError) or "integer string conversion" not in str(exc):
+            raise
+        return json.loads(line, parse_int=_big_int)
 
 
 class _LazyLabels:
@@ -263,18 +301,20 @@ def _read_json_array(chunk: Chunk, s3: storage.S3Options | None) -> Records:
     if not data.lstrip()[:1] == b"[":  # a .json file holding JSON lines
         return _read_jsonl(chunk, s3, as_text=False)
     try:
-        values = json.loads(data)
+        values = _json_line(data)
     except UnicodeDecodeError as exc:
         raise PrepError(f"{chunk.source.uri}: invalid UTF-8 at byte {exc.start}") from None
     except json.JSONDecodeError as exc:
         raise PrepError(f"{chunk.source.uri}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except Exception as exc:  # one JSON document: what it raises is about the whole file
+        raise PrepError(f"{chunk.source.uri}: cannot parse the JSON array ({type(exc).__name__}: {one_line(exc, limit=200)})") from None
     rows, keep, rejects = [], [], []
     for i, v in enumerate(values):
         if isinstance(v, dict):
             rows.append(v)
             keep.append(i)
         else:
-            rejects.append(Reject(chunk.source.uri, f"element {i}", f"expected a JSON object, got {type(v).__name__}", json.dumps(v)[:200]))
+            rejects.append(Reject(chunk.source.uri, f"element {i}", f"expected a JSON object, got {type(v).__name__}", repr(v)[:200]))
     recs = Records(rows, np.asarray(keep, np.int64), rejects)
     recs.where = [f"element {i}" for i in keep]
     return recs
@@ -303,6 +343,8 @@ def _read_parquet(chunk: Chunk, s3: storage.S3Options | None) -> Records:
     import pyarrow.parquet as pq
 
     fs, path = storage.filesystem(chunk.source.uri, s3)
+    if chunk.start == chunk.end:
+        return Records([], np.zeros(0, np.int64))
     with fs.open(path, "rb") as f:
         table = pq.ParquetFile(f).read_row_groups(list(range(chunk.start, chunk.end)))
     rows = table.to_pylist()
@@ -338,9 +380,42 @@ def _read_text_blocks(chunk: Chunk, s3: storage.S3Options | None, unit: TextUnit
 
 
 def read_chunk(chunk: Chunk, s3: storage.S3Options | None = None, text_unit: TextUnit = "paragraph") -> Records:
-    """Reads one chunk into rows (dicts, or str for text), rejecting what cannot be parsed."""
+    """Reads one chunk into rows (dicts, or str for text), rejecting what cannot be parsed.
+
+    Raises:
+        PrepError: the file cannot be read, or it changed (size, mtime) since it was listed.
+    """
     if chunk.source.size == 0:
         return Records([], np.zeros(0, np.int64), [Reject(chunk.source.uri, "file", "empty file")])
+    try:
+        records = _read(chunk, s3, text_unit)
+    except OSError as exc:
+        if not (storage.is_remote(chunk.source.uri) and _expired(exc)):
+            raise
+        raise PrepError(f"{chunk.source.uri} changed while the job read it (ETag {chunk.source.etag} is gone); "
+                        "rerun once it is no longer being written") from None
+    check_unchanged(chunk.source, s3)
+    if chunk.whole_file and not records.rows and not records.rejects:
+        records.rejects.append(Reject(chunk.source.uri, "file", f"empty file ({_no_rows(chunk, records)})"))
+    return records
+
+
+def _expired(exc: OSError) -> bool:
+    """s3fs's error for an object whose ETag changed after it was listed or opened."""
+    from s3fs.utils import FileExpired  # only s3:// reaches here: s3fs is loaded already
+
+    return isinstance(exc, FileExpired)
+
+
+def _no_rows(chunk: Chunk, records: Records) -> str:
+    if records.blank_lines:
+        return f"{records.blank_lines:,} blank lines, no rows"
+    if chunk.source.compression is not None:
+        return f"{chunk.source.compression}: no rows once decompressed"
+    return "no rows"
+
+
+def _read(chunk: Chunk, s3: storage.S3Options | None, text_unit: TextUnit) -> Records:
     fmt = chunk.source.format
     if fmt == "jsonl":
         return _read_jsonl(chunk, s3, as_text=False)

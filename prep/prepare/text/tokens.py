@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 import pyarrow as pa
 
+from prep.prepare import faults
 from prep.prepare.text.formats import Segments
 
-__all__ = ["TokenRows", "Packed", "encode_segments", "limit_length", "pack", "OverlongPolicy"]
+__all__ = ["TokenRows", "Packed", "encode_segments", "encode_rows", "limit_length", "pack", "OverlongPolicy"]
 
 OverlongPolicy = Literal["truncate", "reject", "split"]
 
@@ -76,6 +77,52 @@ def encode_segments(tokenizer: Any, segments: Segments, eos_id: int | None = Non
         mask = np.insert(mask, offsets[1:], np.int8(1))
         offsets = _offsets(row_len + 1)
     return TokenRows(ids, mask, offsets)
+
+
+def encode_rows(tokenizer: Any, segments: Segments, eos_id: int | None = None,
+                name: Callable[[int], str] = str) -> tuple[TokenRows, dict[int, Exception]]:
+    """:func:`encode_segments`, where a row the tokenizer refuses costs that row only.
+
+    The whole chunk is one batch call; only if it raises is each row encoded alone to
+    find the rows that raise (a lone surrogate makes the tokenizer raise ``TypeError``),
+    and the rest is encoded again without them, so clean chunks pay nothing.
+
+    Args:
+        name: names row ``i`` for :func:`prep.prepare.faults.maybe_raise` (tests only).
+
+    Returns:
+        (rows, failed): the encoded rows without the failed ones, and ``{row index: exception}``.
+
+    Raises:
+        Exception: what the tokenizer raises when no single row is to blame.
+    """
+    rows = len(segments.counts)
+    try:
+        if faults.active():
+            for i in range(rows):
+                faults.maybe_raise("tokenize", name(i))
+        return encode_segments(tokenizer, segments, eos_id), {}
+    except Exception:
+        pass
+    failed: dict[int, Exception] = {}
+    starts = _offsets(np.asarray(segments.counts, np.int64))
+    for i in range(rows):
+        try:
+            if faults.active():
+                faults.maybe_raise("tokenize", name(i))
+            tokenizer.encode_batch_fast(segments.texts[starts[i]:starts[i + 1]], add_special_tokens=False)
+        except Exception as exc:
+            failed[i] = exc
+    return encode_segments(tokenizer, _without(segments, starts, failed), eos_id), failed
+
+
+def _without(segments: Segments, starts: np.ndarray, rows: dict[int, Exception]) -> Segments:
+    """``segments`` less the given rows (``starts``: each row's first segment, and the end)."""
+    kept = Segments()
+    for i in range(len(segments.counts)):
+        if i not in rows:
+            kept.add_row(list(zip(segments.texts[starts[i]:starts[i + 1]], segments.trainable[starts[i]:starts[i + 1]])))
+    return kept
 
 
 def limit_length(rows: TokenRows, max_length: int, policy: OverlongPolicy) -> tuple[TokenRows, np.ndarray, np.ndarray]:
