@@ -36,7 +36,7 @@ from prep.prepare.images.config import ImagesConfig
 from prep.prepare.chunk_runner import ChunkOutput, run_chunks
 from prep.prepare.faults import RAISE_ENV
 from prep.prepare.images.job import run_decode_images
-from prep.prepare.isolation import FAULTS_ENV
+from prep.prepare.isolation import FAULTS_ENV, stop_sandboxes
 from prep.prepare.rejects import Reject
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 from test_images import encode, noise
@@ -137,6 +137,20 @@ def test_a_death_the_item_alone_does_not_cause_again_rejects_nothing_and_is_coun
     assert result.reject_fragments == []
     ds = lance_tables.commit_table(str(tmp_path / "t.lance"), pa.schema([("item", pa.string())]), result.fragments)
     assert ds.to_table().column("item").to_pylist() == ["a", "b", "c", "d"]
+
+
+def test_the_sandbox_imports_the_code_its_parent_runs_not_a_prep_folder_in_the_cwd(tmp_path, monkeypatch):
+    """``python -m`` puts the current folder first on sys.path: run from another checkout, the sandbox ran its code."""
+    decoy = tmp_path / "elsewhere"
+    (decoy / "prep" / "prepare").mkdir(parents=True)
+    (decoy / "prep" / "__init__.py").write_text("")
+    (decoy / "prep" / "prepare" / "__init__.py").write_text("")
+    (decoy / "prep" / "prepare" / "isolation.py").write_text("raise SystemExit('the decoy ran')\n")
+    monkeypatch.chdir(decoy)
+    stop_sandboxes()  # the next chunk starts a fresh one, from here
+    (result,) = run_chunks([["a", "b"]], DiesOnce("not an item", str(tmp_path / "died")), executor="local", local_workers=1,
+                           output_uri=str(tmp_path / "t.lance"), rejects_uri=str(tmp_path / "r.lance"))
+    assert (result.counts["rows_written"], result.counts["chunk_restarts"]) == (2, 0)
 
 
 # ---------------------------------------------------------------- the real jobs, with injected faults

@@ -202,10 +202,12 @@ class _Sandbox:
         page_file.write(b"\0" * _MARK.size)
         page_file.flush()
         # One thread per sandbox (the task's CPU share), Lance's log quiet: as Ray's workers get them.
-        env = {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        # The child imports exactly what this process imports: its sys.path, the current folder
+        # only where this process has it (``-P``: never a ``prep/`` that happens to be in the cwd).
+        env = {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
         fds = (parent[0], child[1], page_file.fileno())
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "prep.prepare.isolation", *map(str, fds)], pass_fds=fds, env=env, close_fds=True
+            [sys.executable, "-P", "-m", "prep.prepare.isolation", *map(str, fds)], pass_fds=fds, env=env, close_fds=True
         )
         os.close(parent[0])
         os.close(child[1])
