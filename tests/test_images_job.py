@@ -101,6 +101,24 @@ def test_bad_inputs_are_written_or_rejected_and_counts_reconcile(ray_local, tmp_
     assert {Path(s).relative_to(root).as_posix() for s in written} == set(GOOD)
 
 
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_a_failure_not_about_one_image_fails_the_job_in_one_line_without_the_writers_traceback(executor, request, tmp_path):
+    """An unreadable path (here a file used as a folder) is not a property of the image: the job fails naming it,
+    in the reader's own words, not wrapped in the Lance writer's error and Python traceback."""
+    if executor == "ray":
+        request.getfixturevalue("ray_local")
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    shutil.copy(photos(1)[0], tmp_path / "photo.jpg")
+    (tmp_path / "m.csv").write_text("path,label\nphoto.jpg,0\nnotes.txt/x.jpg,1\n")
+    cfg = load_config(ImagesConfig, None, input=str(tmp_path / "m.csv"), output=str(tmp_path / "o.lance"), size=16, executor=executor)
+    with pytest.raises(PrepError) as err:
+        run_decode_images(cfg)
+    message = str(err.value)
+    assert "\n" not in message and "Traceback" not in message and "Lance" not in message, message
+    assert f"{tmp_path / 'notes.txt' / 'x.jpg'}: cannot read (NotADirectoryError" in message, message
+    assert not lance_tables.table_exists(cfg.output)
+
+
 def test_existing_output_needs_overwrite(ray_local, tmp_path):
     root = tmp_path / "t" / "ants"
     root.mkdir(parents=True)
