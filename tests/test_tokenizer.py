@@ -76,3 +76,17 @@ def test_a_third_party_logger_with_its_own_handler_prints_each_line_once():
             "import logging\nlogging.getLogger('prep.x').warning('ours')")
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
     assert err.count("Retrying in 1s") == 1 and err.count("ours") == 1, err
+
+
+def test_a_tokenizer_file_that_truncates_or_pads_does_neither_in_prep(tokenizer_dir, tmp_path):
+    """transformers switches a file's truncation and padding off unless asked; a silent cut would lose tokens uncounted."""
+    import dataclasses
+    import json
+
+    config = json.loads((T.Path(tokenizer_dir) / "tokenizer.json").read_text())
+    config["truncation"] = {"direction": "Right", "max_length": 4, "strategy": "LongestFirst", "stride": 0}
+    config["padding"] = {"strategy": {"Fixed": 64}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                         "pad_type_id": 0, "pad_token": "<unk>"}
+    tok = dataclasses.replace(T.resolve_tokenizer(tokenizer_dir), backend_json=json.dumps(config), hash="truncating")
+    ids = tok.backend().encode("one two three four five six seven", add_special_tokens=False).ids
+    assert len(ids) == len(T.load_tokenizer(tokenizer_dir)("one two three four five six seven", add_special_tokens=False)["input_ids"]) > 4

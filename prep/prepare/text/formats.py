@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from prep.errors import PrepError
-from prep.prepare.text.chat_template import ChatTemplate, ContentRead, Probe, Spans
+from prep.prepare.text.chat_template import ChatTemplate, Probe, Spans
 from prep.prepare.text.tokenizer import ResolvedTokenizer
 
 __all__ = ["Segments", "RowError", "SFTFormatter", "TextFormatter", "ROLES"]
@@ -241,7 +241,7 @@ class SFTFormatter:
         try:
             probes = [{"role": r, "content": Probe(c)} for r, c in zip(roles, marks)]
             frame = _Frame.cut(*self._text_spans(probes, self._template.frame_render), marks)
-        except (ContentRead, RowError):
+        except Exception:  # ContentRead, or anything the guards made the template raise: render each row
             return None
         for k in range(2 if frame else 0):
             contents = [_CHECK_CONTENTS[(j + k) % len(_CHECK_CONTENTS)] for j in range(len(roles))]

@@ -111,11 +111,18 @@ class ResolvedTokenizer:
     hash: str
 
     def backend(self) -> Any:
-        """The ``tokenizers.Tokenizer`` (built once per process)."""
+        """The ``tokenizers.Tokenizer`` (built once per process), without the truncation or padding its file may set.
+
+        transformers switches those off for every call that does not ask for them (``apply_chat_template``
+        included); prep cuts rows by its own ``max_length`` policy, which counts what it cuts.
+        """
         if self.hash not in _BACKENDS:
             import tokenizers
 
-            _BACKENDS[self.hash] = tokenizers.Tokenizer.from_str(self.backend_json)
+            backend = tokenizers.Tokenizer.from_str(self.backend_json)
+            backend.no_truncation()
+            backend.no_padding()
+            _BACKENDS[self.hash] = backend
         return _BACKENDS[self.hash]
 
     def identity(self) -> dict[str, Any]:
