@@ -19,11 +19,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from prep.errors import PrepError
-from prep.reader.prefetch import ReaderError
 from prep.reader.batch import Batch
 from prep.reader.collate import collate_steps, source_counts
 from prep.reader.schedule import Schedule
-from prep.reader.source import EPOCH_KEY, STEP_KEY, RawChunk
+from prep.reader.source import RawChunk
+from prep.reader.stage import EPOCH_KEY, STEP_KEY, ReaderError
 from prep.reader.spec import CollateSpec
 
 __all__ = ["Batcher", "GROUP_BYTES"]

@@ -53,6 +53,7 @@ class Planned:
 
     mixture_batch: int | None = None  # an on-the-fly plan reads one table, never a mixture
     mixture_tables: tuple[str, ...] | None = None
+    manifest: None = None  # nothing is materialized (so there is nothing to cache)
 
     def __init__(self, uri: str, plan: PlanSpec | Mapping[str, Any], epochs: int | Sequence[int] = 1, *,
                  version: int | None = None, s3: storage.S3Options | None = None) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,12 +23,11 @@ from prep.errors import PrepError
 from prep.reader import buffers, forksafe
 from prep.reader.collate import Chunk
 from prep.reader.schedule import Schedule
+from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout
 
-__all__ = ["Ragged", "RawChunk", "SplitTable", "ChunkSource", "columns_to_numpy", "EPOCH_KEY", "STEP_KEY"]
+__all__ = ["Ragged", "RawChunk", "SplitTable", "ChunkSource", "columns_to_numpy"]
 
 READ_THREADS = 4  # split opens and reads in flight at once
-EPOCH_KEY = "epoch"
-STEP_KEY = "step"
 
 
 @dataclass(frozen=True)
@@ -128,14 +127,6 @@ class SplitTable:
         if table.num_rows != len(rows):
             raise PrepError(f"{self.uri}: read {table.num_rows} rows of {start}..{stop - 1}, expected {len(rows)}")
         return table
-
-
-class Layout(Protocol):
-    """What the source needs from a materialized output or an on-the-fly plan."""
-
-    def open_split(self, epoch: int, split: int, columns: list[str]) -> Any:
-        """A split object whose type has ``read_splits(tables, rows, pool) -> (table, order)``."""
-        ...
 
 
 @dataclass
