@@ -20,8 +20,9 @@ from prep.reader.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
 from prep.reader.source import ChunkSource
 from prep.reader.transform import Transformer
+from prep.runtime.world import Share
 
-SPLITS = range(2, 4)  # the rank's splits: rank 1 of 2 over 4 splits
+SHARE = Share(8, 4, rank=1, world_size=2)  # splits 2 and 3, 2 rows each a step
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def parts(tmp_path_factory):
     prepared = tiny_prepared(str(base / "prepared.lance"), num_rows=60)
     tiny_materialized(str(base / "out"), prepared, num_splits=4, epochs=2)
     layout = Materialized.open(str(base / "out"))
-    schedule = Schedule.build(layout.split_rows, layout.epochs, 2)
+    schedule = Schedule.build(layout.split_rows, layout.epochs, SHARE)
     spec = ReaderOptions().collate_spec(layout.metadata, layout.columns)
     assert schedule.steps == (7, 7)
     return layout, schedule, spec
@@ -39,11 +40,11 @@ def parts(tmp_path_factory):
 
 def _source(parts):
     layout, schedule, spec = parts
-    return ChunkSource(layout=layout, schedule=schedule, splits=SPLITS, columns=spec.columns, max_steps=4)
+    return ChunkSource(layout=layout, schedule=schedule, share=SHARE, columns=spec.columns, max_steps=4)
 
 
 def chunk_keys(chunks: list) -> list:
-    return [(c.epoch, int(s), tuple(c.rows.columns["id"][c.rows.rows(i, i + 1, 2)].tolist()))
+    return [(c.epoch, int(s), tuple(c.rows.columns["id"][c.rows.rows(i, i + 1)].tolist()))
             for c in chunks for i, s in enumerate(c.steps)]
 
 
@@ -78,7 +79,7 @@ def test_transformer_round_trip(parts):
 
 def _pipeline(parts, fetch=None, **options):
     layout, schedule, spec = parts
-    return Pipeline(layout=layout, schedule=schedule, splits=SPLITS, spec=spec, options=ReaderOptions(**options),
+    return Pipeline(layout=layout, schedule=schedule, share=SHARE, spec=spec, options=ReaderOptions(**options),
                     start=schedule.position(0), max_steps=3, fetch=fetch)
 
 
@@ -94,7 +95,7 @@ def test_pipeline_through_the_fetch_stage_round_trip(parts, tmp_path):
 
     def make():
         cache = SplitCache(root, source=layout.uri, manifest=layout.manifest)
-        return _pipeline(parts, FetchStage(cache, schedule.epochs, SPLITS, threads=2))
+        return _pipeline(parts, FetchStage(cache, schedule.epochs, SHARE.splits, threads=2))
 
     assert run_save_load_round_trip(make, batch_keys, [1, 8, 12]) == direct
     assert sorted(os.listdir(root))  # the fetch stage did copy splits into the cache

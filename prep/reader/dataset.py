@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -34,7 +35,7 @@ from prep.reader.pipeline import Pipeline
 from prep.reader.schedule import Schedule
 from prep.reader.spec import TEXT_KINDS, row_bytes
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
-from prep.runtime.world import rank_and_world_size, rows_per_split_step, splits_for_rank
+from prep.runtime.world import Share, rank_and_world_size
 
 __all__ = ["ReaderDataset"]
 
@@ -45,10 +46,12 @@ class ReaderDataset(IterableDataset):
     Args:
         path: a materialized output (``prep materialize-shuffle``), or a prepared Lance table
             when ``plan`` is given.
-        global_batch_size: rows per global step, a multiple of the number of splits.
+        global_batch_size: rows per global step, any ``G >= 1`` (a mixture: a multiple of its global batch);
+            the global order of :mod:`prep.runtime.world` says which rows form each step.
         rank: this rank (default: an initialised ``torch.distributed`` group, else ``RANK``, else
             ``SLURM_PROCID``, else 0; see :func:`prep.runtime.world.rank_and_world_size`).
-        world_size: ranks (default: from the same source as the rank); must divide the number of splits.
+        world_size: ranks (default: from the same source as the rank); must divide ``global_batch_size``.
+            Each rank takes ``G / W`` rows a step; when ``W`` also divides the splits, only from its own.
         epochs: which epochs to read (default: all in the manifest; with ``plan``: an int n reads 0..n-1).
         plan: read a prepared table directly with this shuffle plan (a :class:`prep.plan.spec.PlanSpec`,
             or some of its keys: the rest default).
@@ -104,10 +107,10 @@ class ReaderDataset(IterableDataset):
                             "through an on-the-fly plan, which reads the table in place")
         self.rank, self.world_size = rank_and_world_size(rank, world_size)
         self.global_batch_size = global_batch_size
-        self.splits = splits_for_rank(self.layout.num_splits, self.rank, self.world_size)
-        b = rows_per_split_step(global_batch_size, self.layout.num_splits)
-        self.schedule = Schedule.build(self.layout.split_rows, chosen, b)
-        self.local_batch_size = b * len(self.splits)
+        self.share = Share(global_batch_size, self.layout.num_splits, self.rank, self.world_size)
+        self.splits = self.share.splits  # the splits this rank reads (its own when the world size divides them)
+        self.schedule = Schedule.build(self.layout.split_rows, chosen, self.share)
+        self.local_batch_size = self.share.local_batch_size
         self.spec = self.options.collate_spec(self.layout.metadata, self.layout.columns,
                                               sources=len(self.layout.mixture_tables or ()))
         self._max_steps = max(1, read_bytes // max(1, row_bytes(self.layout.metadata, self.spec) * self.local_batch_size))
@@ -168,9 +171,11 @@ class ReaderDataset(IterableDataset):
 
     @property
     def dropped_rows(self) -> int:
-        """Rows of this rank's splits beyond each epoch's last full step (not delivered)."""
-        b = self.schedule.rows_per_split_step
-        return int(sum((self.layout.split_rows[e][self.splits.start:self.splits.stop] - n * b).sum()
+        """Rows beyond each epoch's last full step (not delivered) in the splits this rank answers for,
+        ``[r*S//W, (r+1)*S//W)`` (its own splits when ``W`` divides ``S``): summed over ranks, each once."""
+        home = self.share.home_splits
+        return int(sum((self.layout.split_rows[e][home.start:home.stop]
+                        - self.share.split_starts(np.array([n]))[0, home.start:home.stop]).sum()
                        for e, n in zip(self.schedule.epochs, self.schedule.steps)))
 
     # --- iteration ---------------------------------------------------------------------------------
@@ -193,7 +198,7 @@ class ReaderDataset(IterableDataset):
         total = self.schedule.total
         self._own = min(self.schedule.index(*start) + worker, total) if info is not None else None
         pipe = self._pipeline = Pipeline(
-            layout=self.layout, schedule=self.schedule, splits=self.splits, spec=self.spec, options=self.options,
+            layout=self.layout, schedule=self.schedule, share=self.share, spec=self.spec, options=self.options,
             start=start, worker=worker, num_workers=num_workers, max_steps=self._max_steps,
             fetch=self._fetch_stage(start[0]))
         self._prev = StatsSnapshot()

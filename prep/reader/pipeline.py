@@ -23,6 +23,7 @@ from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout
 from prep.reader.spec import CollateSpec
 from prep.reader.stats import StatsSnapshot
 from prep.reader.transform import Transformer
+from prep.runtime.world import Share
 
 __all__ = ["Pipeline"]
 
@@ -36,7 +37,7 @@ class Pipeline:
     Args:
         layout: the materialized output (or on-the-fly plan).
         schedule: the steps being read.
-        splits: the rank's splits.
+        share: the rank's rows of each step.
         spec: how rows become tensors.
         options: the reader's knobs (threads, queue depths, transform, pinning).
         start: ``(epoch, step)`` to start at.
@@ -46,13 +47,13 @@ class Pipeline:
         fetch: the reader cache's fetch stage (reads go through the cache), or None.
     """
 
-    def __init__(self, *, layout: Layout, schedule: Schedule, splits: range, spec: CollateSpec, options: ReaderOptions,
+    def __init__(self, *, layout: Layout, schedule: Schedule, share: Share, spec: CollateSpec, options: ReaderOptions,
                  start: tuple[int, int], worker: int = 0, num_workers: int = 1, max_steps: int = 64,
                  fetch: FetchStage | None = None) -> None:
         self.fetch = fetch
         if fetch is not None:
             layout = CachedLayout(layout, fetch)
-        self.source = ChunkSource(layout=layout, schedule=schedule, splits=splits, columns=spec.columns,
+        self.source = ChunkSource(layout=layout, schedule=schedule, share=share, columns=spec.columns,
                                   worker=worker, num_workers=num_workers, max_steps=max_steps)
         self.io = Prefetcher(self.source, depth=options.raw_chunks, name="reader I/O", size=lambda c: c.num_rows)
         self.batcher = Batcher(self.io, schedule=schedule, spec=spec, threads=options.batch_threads,
@@ -62,7 +63,7 @@ class Pipeline:
             Transformer(self.batcher, options.transform, num_threads=options.transform_threads)
         self.last: Any = self.transformer or self.batcher
         self._schedule, self._local_rows, self._worker, self._num_workers = \
-            schedule, schedule.rows_per_split_step * len(splits), worker, num_workers
+            schedule, share.local_batch_size, worker, num_workers
         self._source_rows, self._source_tokens = np.zeros(spec.sources, np.int64), np.zeros(spec.sources, np.int64)
         self.reset({EPOCH_KEY: start[0], STEP_KEY: start[1]})
 

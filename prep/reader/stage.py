@@ -40,9 +40,10 @@ class SplitReader(Protocol):
     """One (epoch, split) of a layout, opened: its class reads several of them at once."""
 
     @staticmethod
-    def read_splits(splits: list[Any], rows: np.ndarray, pool: Any) -> tuple[Any, np.ndarray | None]:
-        """The same read-order ``rows`` of every split, as one Arrow table and an ``order``
-        (None: the splits' rows one after the other; see :class:`prep.reader.collate.Chunk`)."""
+    def read_splits(splits: list[Any], rows: list[np.ndarray], pool: Any) -> tuple[Any, np.ndarray | None]:
+        """Read-order ``rows[i]`` of ``splits[i]``, as one Arrow table and an ``order`` (where the
+        splits' rows, one split after the other, are in it; None: in that order; see
+        :class:`prep.reader.collate.Chunk`)."""
         ...
 
 
