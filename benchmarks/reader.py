@@ -22,6 +22,13 @@ counted unpadded. Each case runs in a fresh process, ``--runs`` times; the media
     python benchmarks/reader.py                      # G = 32, 256, 1024; 3 runs each; then resume times
     python benchmarks/reader.py --runs 1 --batches 32
     python benchmarks/reader.py --workers            # prep with 0, 1 and 2 worker processes (issue 12)
+    python benchmarks/reader.py --elastic --batches 32,256   # rank 0 of W whose rows come from its own splits or not
+
+``--elastic`` (issue 20) reads rank 0's share of the epoch, materialized with ``S`` splits (32, and 48
+built on first use), at world size ``W``: ``S32/W32`` and ``S48/W16`` read only the rank's own splits
+(``W`` divides ``S``); ``S48/W32`` takes its ``G/32`` rows a step from a window of splits that the next
+rank shares (``W`` divides ``G`` but not ``S``), so it reads runs of a step or two of each split with
+``take`` where the others read long ranges.
 
 Worker processes' CPU is sampled (psutil) while they live, the last time before the last
 batch is taken; ``--workers`` also prints each case after its first batch (start-up of the
@@ -70,9 +77,7 @@ def build(work: Path) -> dict:
                                       "text_column": "text", "tokenizer": str(SHARED / "tokenizers" / "mistral-v3"),
                                       "max_length": 512, "overlong": "truncate"}))
         subprocess.run([str(PREP), "pretokenize", "--config", str(config), "--overwrite"], check=True, env=env)
-    if not (work / "epochs" / "manifest.json").exists():
-        subprocess.run([str(PREP), "materialize-shuffle", "--table", str(work / "table.lance"), "--output",
-                        str(work / "epochs"), "--epochs", "1", "--splits", str(SPLITS), "--overwrite"], check=True, env=env)
+    materialize(work, "epochs", SPLITS)
     import lance
 
     ds = lance.dataset(str(work / "table.lance"))
@@ -88,6 +93,17 @@ def build(work: Path) -> dict:
     info = {"rows": table.num_rows, "tokens": int(np.diff(table.column("input_ids").combine_chunks().offsets).sum())}
     done.write_text(json.dumps(info))
     return info
+
+
+def materialize(work: Path, name: str, splits: int) -> None:
+    """One shuffled epoch of the prepared table as ``splits`` splits under ``work/name`` (cached)."""
+    if not (work / name / "manifest.json").exists():
+        subprocess.run([str(PREP), "materialize-shuffle", "--table", str(work / "table.lance"), "--output",
+                        str(work / name), "--epochs", "1", "--splits", str(splits), "--overwrite"], check=True,
+                       env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"})
+
+
+ELASTIC = {"S32/W32": ("epochs", 32), "S48/W16": ("epochs48", 16), "S48/W32": ("epochs48", 32)}
 
 
 # ----------------------------------------------------------------------------- the baselines' collate
@@ -145,6 +161,10 @@ def batches(case: str, g: int, work: Path):
         return iter(DataLoader(hf, batch_size=g, shuffle=True, collate_fn=pad_rows, num_workers=0))
     from prep.reader import Loader, ReaderDataset
 
+    if case in ELASTIC:
+        name, world = ELASTIC[case]
+        ds = ReaderDataset(str(work / name), global_batch_size=g, rank=0, world_size=world)
+        return ((b, b.num_tokens) for b in DataLoader(ds, batch_size=None))
     if case.startswith("prep"):
         ds = ReaderDataset(str(work / "epochs"), global_batch_size=g)
     else:
@@ -253,7 +273,10 @@ LABELS = {"floor": "pre-shuffled table, sequential to_batches + vectorized pad (
           "planned": "prep.reader, prepared table, on-the-fly random plan (32 splits)",
           "planned-w": "  the same through Loader, 1 forkserver worker process",
           "prep-w1": "  prep.reader materialized through Loader, 1 worker process",
-          "prep-w2": "  prep.reader materialized through Loader, 2 worker processes"}
+          "prep-w2": "  prep.reader materialized through Loader, 2 worker processes",
+          "S32/W32": "prep.reader rank 0 of 32, 32 splits (its own split)",
+          "S48/W16": "prep.reader rank 0 of 16, 48 splits (its own 3 splits)",
+          "S48/W32": "prep.reader rank 0 of 32, 48 splits (splits shared with rank 1)"}
 
 
 def main() -> None:
@@ -262,6 +285,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="fresh processes per case; the median is kept (default 3)")
     p.add_argument("--batches", default="32,256,1024", help="global batch sizes (default 32,256,1024)")
     p.add_argument("--workers", action="store_true", help="only prep with 0, 1 and 2 worker processes (issue 12)")
+    p.add_argument("--elastic", action="store_true", help="only rank 0 of W over S splits, W dividing S or not (issue 20)")
     p.add_argument("--_case", help=argparse.SUPPRESS)
     args = p.parse_args()
     work = Path(args.work)
@@ -270,13 +294,15 @@ def main() -> None:
         print("RESULT " + json.dumps(run_seek(work) if case == "seek" else run_case(case, int(g), work)))
         return
     info = build(work)
+    if args.elastic:
+        materialize(work, "epochs48", 48)
     print(f"{info['rows']:,} rows, {info['tokens']:,} tokens; {os.cpu_count()} CPUs; median of {args.runs} fresh "
           f"processes per case", flush=True)
     has_hf = _importable("datasets")
     print(f"{'G':>5} {'case':<70} {'M tok/s':>8} {'CPU-s/Mtok':>10} {'first s':>8}  ratios | whole command", flush=True)
     for g in [int(x) for x in args.batches.split(",")]:
         cases = ["floor", "lance"] + (["hf"] if has_hf else []) + ["prep", "planned"] + (["planned-w"] if g == 32 else [])
-        cases = ["prep", "prep-w1", "prep-w2"] if args.workers else cases
+        cases = ["prep", "prep-w1", "prep-w2"] if args.workers else list(ELASTIC) if args.elastic else cases
         res = {}
         for case in cases:
             r = measure(case, g, work, args.runs)
@@ -286,12 +312,12 @@ def main() -> None:
             print(f"{g:>5} {LABELS[case]:<70} {r['tok_per_s'] / 1e6:8.1f} {r['cpu_per_mtok']:10.3f} "
                   f"{r['first_s']:8.3f}  {_ratios(case, r, res)} | {r['command_wall_s']:.2f} s wall, "
                   f"{r['command_cpu_s']:.2f} CPU-s", flush=True)
-            if args.workers:  # after the first batch: what a long run sees once the workers are up
-                base = res["prep"]
+            if args.workers or args.elastic:  # after the first batch: what a long run sees once the workers are up
+                base = res["S32/W32" if args.elastic else "prep"]
                 print(f"{'':>5} {'  after the first batch':<70} {r['steady_tok_per_s'] / 1e6:8.1f} "
                       f"{r['steady_cpu_per_mtok']:10.3f} {'':>8}  {r['steady_tok_per_s'] / base['steady_tok_per_s']:.2f}x "
                       f"prep tok/s, {r['steady_cpu_per_mtok'] / base['steady_cpu_per_mtok']:.2f}x CPU", flush=True)
-    if args.workers:
+    if args.workers or args.elastic:
         return
     seek = measure("seek", 32, work, args.runs)
     if seek:
@@ -304,7 +330,7 @@ def main() -> None:
 def _ratios(case: str, r: dict, res: dict) -> str:
     """tokens/s and CPU per token against the baselines the goals name."""
     out = []
-    bases = ("prep",) if case in ("prep-w1", "prep-w2") else ("floor", "lance", "hf")
+    bases = ("prep",) if case in ("prep-w1", "prep-w2") else ("S32/W32",) if case in ELASTIC else ("floor", "lance", "hf")
     for base in bases:
         if base in res and base != case and case not in ("floor",):
             b = res[base]

@@ -26,24 +26,26 @@ from prep.reader.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
 from prep.reader.source import ChunkSource, Ragged, SplitTable
 from prep.reader.spec import CollateSpec, spec_from_metadata
+from prep.runtime.world import Share
 
 
-def _chunk(num_splits: int, rows_per_split: int, seed: int = 0) -> Chunk:
-    """A merged chunk of variable-length rows, ``num_splits`` splits one after the other."""
+def _chunk(num_splits: int, b: int, steps: int, seed: int = 0) -> Chunk:
+    """A merged chunk of variable-length rows, ``num_splits`` splits one after the other, ``b`` rows a step each."""
     rng = np.random.default_rng(seed)
-    n = num_splits * rows_per_split
+    n = num_splits * b * steps
     lens = rng.integers(0, 40, n)
     offsets = np.r_[0, np.cumsum(lens)].astype(np.int32)
     values = rng.integers(1, 30000, int(offsets[-1])).astype(np.int32)
     mask = (rng.random(int(offsets[-1])) < 0.7).astype(np.int8)
-    return Chunk({"id": np.arange(n, dtype=np.uint64), "input_ids": Ragged(offsets, values),
-                  "loss_mask": Ragged(offsets, mask)}, num_splits, rows_per_split)
+    return Chunk.of({"id": np.arange(n, dtype=np.uint64), "input_ids": Ragged(offsets, values),
+                     "loss_mask": Ragged(offsets, mask)}, np.full((steps, num_splits), b))
 
 
 def _expected(chunk: Chunk, step: int, b: int, pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One step built row by row: the reference the vectorized build must equal."""
     col, lm = chunk.columns["input_ids"], chunk.columns["loss_mask"]
-    rows = [s * chunk.split_rows + step * b + r for s in range(chunk.num_splits) for r in range(b)]
+    num_splits, split_rows = chunk.counts.shape[1], int(chunk.counts[:, 0].sum())
+    rows = [s * split_rows + step * b + r for s in range(num_splits) for r in range(b)]
     seqs = [col.values[col.offsets[i]:col.offsets[i + 1]] for i in rows]
     width = max(1, max(len(x) for x in seqs))
     ids = np.full((len(rows), width), pad_id, np.int64)
@@ -59,8 +61,8 @@ SPEC = CollateSpec(kind="pretrain", pad_id=0)
 
 @pytest.mark.parametrize("num_splits,b", [(1, 4), (3, 2), (32, 1)])
 def test_merged_chunk_batches_equal_row_by_row_build(num_splits, b):
-    chunk = _chunk(num_splits, 5 * b)
-    for j, (tensors, ids, tokens) in enumerate(collate_steps(chunk, 1, 5, b, SPEC), start=1):
+    chunk = _chunk(num_splits, b, 5)
+    for j, (tensors, ids, tokens) in enumerate(collate_steps(chunk, 1, 5, SPEC), start=1):
         rows, ids_ref, labels_ref = _expected(chunk, j, b, SPEC.pad_id)
         assert np.array_equal(ids, rows)
         assert torch.equal(tensors["input_ids"], torch.from_numpy(ids_ref))
@@ -68,11 +70,11 @@ def test_merged_chunk_batches_equal_row_by_row_build(num_splits, b):
         assert tensors["attention_mask"].sum().item() == tokens
 
 
-def _calls(chunk: Chunk, b: int) -> int:
+def _calls(chunk: Chunk) -> int:
     buffers._free.clear()  # the same pool state for both (a recycled block is found by a short search)
     profile = cProfile.Profile()
     profile.enable()
-    built = collate_steps(chunk, 0, 4, b, SPEC)
+    built = collate_steps(chunk, 0, 4, SPEC)
     profile.disable()
     del built
     return pstats.Stats(profile).total_calls
@@ -80,7 +82,7 @@ def _calls(chunk: Chunk, b: int) -> int:
 
 def test_batch_building_calls_do_not_grow_with_splits():
     """Same rows per step, 2 splits or 64: the same Python work (it was a few calls per split)."""
-    assert _calls(_chunk(64, 4 * 1), 1) == _calls(_chunk(2, 4 * 32), 32)
+    assert _calls(_chunk(64, 1, 4)) == _calls(_chunk(2, 32, 4))
 
 
 def _address(a: np.ndarray) -> int:
@@ -136,7 +138,7 @@ def test_planned_chunk_reads_every_split_in_one_take(tmp_path):
     for split in splits:
         split._table = counting
     rows = np.arange(3, 9)
-    merged, order = PlannedSplit.read_splits(splits, rows, None)
+    merged, order = PlannedSplit.read_splits(splits, [rows] * len(splits), None)
     assert counting.reads == 1
     got = merged.column("id").to_numpy()[order].reshape(8, -1)
     ids = table.column("id").to_numpy()
@@ -170,9 +172,10 @@ def test_a_ready_batch_is_handed_over_while_io_is_behind():
     """The consumer got its batch only once the next read arrived (it waited on I/O with a batch in hand)."""
     path, _ = rf.cached_output("sft48")
     layout = Materialized.open(path)
-    schedule = Schedule.build(layout.split_rows, layout.epochs, 2)
+    share = Share(96, 48)
+    schedule = Schedule.build(layout.split_rows, layout.epochs, share)
     spec = spec_from_metadata(layout.metadata)
-    gate = _Gate(ChunkSource(layout=layout, schedule=schedule, splits=range(48), columns=spec.columns, max_steps=4))
+    gate = _Gate(ChunkSource(layout=layout, schedule=schedule, share=share, columns=spec.columns, max_steps=4))
     batcher = Batcher(Prefetcher(gate, depth=2, name="io"), schedule=schedule, spec=spec, ahead=4)
     got: list = []
     consumer = threading.Thread(target=lambda: got.append(batcher.next()), daemon=True)

@@ -1,76 +1,50 @@
-"""Every reader stage passes the same save/load round trip (reset(get_state()) continues exactly)."""
+"""Every reader stage passes the same save/load round trip (reset(get_state()) continues exactly),
+on tiny tables made in tmp_path: the stages alone, the whole pipeline, and the pipeline through the
+reader cache's fetch stage."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import os
 
-import numpy as np
 import pytest
 
-import reader_fixtures as rf
+from common.roundtrip import run_save_load_round_trip
+from common.tiny import tiny_materialized, tiny_prepared
+from prep.cache.store import SplitCache
 from prep.reader.batcher import Batcher
+from prep.reader.cached import FetchStage
 from prep.reader.manifest import Materialized
+from prep.reader.options import ReaderOptions
+from prep.reader.pipeline import Pipeline
 from prep.reader.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
 from prep.reader.source import ChunkSource
-from prep.reader.spec import spec_from_metadata
 from prep.reader.transform import Transformer
+from prep.runtime.world import Share
 
-pytestmark = pytest.mark.skipif(not rf.GSM8K.exists(), reason=f"real data not found at {rf.SHARED_DATA}")
-
-
-def items(stage: Any, limit: int | None = None) -> list:
-    out = []
-    while limit is None or len(out) < limit:
-        try:
-            out.append(stage.next())
-        except StopIteration:
-            break
-    return out
-
-
-def run_save_load_round_trip(make: Callable[[], Any], keys: Callable[[list], list], midpoints: list[int]) -> None:
-    """Stops after ``m`` items, saves the state, resets a new stage to it: the rest must follow exactly.
-
-    Also checks a reset to the start and a reset to the state at the end (nothing more)."""
-    stage = make()
-    full = keys(items(stage))
-    end_state = stage.get_state()
-    stage.shutdown()
-    for m in midpoints:
-        first = make()
-        head = items(first, m)
-        state = first.get_state()
-        first.shutdown()
-        second = make()
-        second.reset(state)
-        tail = items(second)
-        second.shutdown()
-        assert keys(head) + keys(tail) == full, f"midpoint {m}"
-    again = make()
-    again.reset(None)
-    assert keys(items(again)) == full
-    again.reset(end_state)
-    assert items(again) == []
-    again.shutdown()
+SHARE = Share(8, 4, rank=1, world_size=2)  # splits 2 and 3, 2 rows each a step
 
 
 @pytest.fixture(scope="module")
-def parts():
-    path, _ = rf.cached_output("sft48")
-    layout = Materialized.open(path)
-    schedule = Schedule.build(layout.split_rows, layout.epochs, 2)
-    spec = spec_from_metadata(layout.metadata)
+def parts(tmp_path_factory):
+    """4 splits of 15 rows, 2 epochs; G=8 (2 rows a split a step) -> 7 steps an epoch."""
+    base = tmp_path_factory.mktemp("stages")
+    prepared = tiny_prepared(str(base / "prepared.lance"), num_rows=60)
+    tiny_materialized(str(base / "out"), prepared, num_splits=4, epochs=2)
+    layout = Materialized.open(str(base / "out"))
+    schedule = Schedule.build(layout.split_rows, layout.epochs, SHARE)
+    spec = ReaderOptions().collate_spec(layout.metadata)
+    assert schedule.steps == (7, 7)
     return layout, schedule, spec
 
 
-def _source(parts, splits=range(8, 16)):
+def _source(parts):
     layout, schedule, spec = parts
-    return ChunkSource(layout=layout, schedule=schedule, splits=splits, columns=spec.columns, max_steps=4)
+    return ChunkSource(layout=layout, schedule=schedule, share=SHARE, columns=spec.columns, max_steps=4)
 
 
 def chunk_keys(chunks: list) -> list:
-    return [(c.epoch, int(s), tuple(c.rows.columns["id"][c.rows.rows(i, i + 1, 2)].tolist()))
+    return [(c.epoch, int(s), tuple(c.rows.columns["id"][c.rows.rows(i, i + 1)].tolist()))
             for c in chunks for i, s in enumerate(c.steps)]
 
 
@@ -90,7 +64,7 @@ def test_prefetcher_round_trip(parts):
 def test_batcher_round_trip(parts):
     _, schedule, spec = parts
     make = lambda: Batcher(Prefetcher(_source(parts), depth=2, name="io"), schedule=schedule, spec=spec)  # noqa: E731
-    run_save_load_round_trip(make, batch_keys, [1, 5, 6, 11])
+    run_save_load_round_trip(make, batch_keys, [1, 5, 7, 11])
 
 
 def test_transformer_round_trip(parts):
@@ -101,3 +75,27 @@ def test_transformer_round_trip(parts):
         return Transformer(Prefetcher(batcher, depth=3, name="batch"), lambda b: b, num_threads=2)
 
     run_save_load_round_trip(make, batch_keys, [2, 7])
+
+
+def _pipeline(parts, fetch=None, **options):
+    layout, schedule, spec = parts
+    return Pipeline(layout=layout, schedule=schedule, share=SHARE, spec=spec, options=ReaderOptions(**options),
+                    start=schedule.position(0), max_steps=3, fetch=fetch)
+
+
+def test_pipeline_round_trip(parts):
+    full = run_save_load_round_trip(lambda: _pipeline(parts, transform=lambda b: b), batch_keys, [1, 6, 9])
+    assert [(e, t) for e, t, _ in full] == [(e, t) for e in (0, 1) for t in range(7)]
+
+
+def test_pipeline_through_the_fetch_stage_round_trip(parts, tmp_path):
+    layout, schedule, _ = parts
+    direct = run_save_load_round_trip(lambda: _pipeline(parts), batch_keys, [3])
+    root = str(tmp_path / "cache")
+
+    def make():
+        cache = SplitCache(root, source=layout.uri, manifest=layout.manifest)
+        return _pipeline(parts, FetchStage(cache, schedule.epochs, SHARE.splits, threads=2))
+
+    assert run_save_load_round_trip(make, batch_keys, [1, 8, 12]) == direct
+    assert sorted(os.listdir(root))  # the fetch stage did copy splits into the cache

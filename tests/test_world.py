@@ -104,3 +104,62 @@ def test_two_torch_distributed_ranks_without_rank_variables_read_disjoint_halves
     assert not set(ids[0].ravel().tolist()) & set(ids[1].ravel().tolist())
     for step, global_ids in enumerate(want):
         np.testing.assert_array_equal(np.concatenate([ids[0][step], ids[1][step]]), global_ids)
+
+
+# --- the global order: any global batch, any world size dividing it ------------------------------------------------
+
+from math import gcd  # noqa: E402
+
+from prep.errors import PrepError  # noqa: E402
+from prep.runtime.world import Share  # noqa: E402
+
+
+def global_order(num_splits: int, global_batch_size: int, positions: range) -> list[tuple[int, int]]:
+    """The documented rule, position by position: ``(split, row)`` of global positions ``p``."""
+    g = gcd(global_batch_size, num_splits)
+    sigma = lambda j: (j % g) * (num_splits // g) + j // g  # noqa: E731
+    return [(sigma(p % num_splits), p // num_splits) for p in positions]
+
+
+def rank_pairs(share: Share, steps: np.ndarray) -> list[list[tuple[int, int]]]:
+    """``(split, row)`` of rank ``share.rank`` at each step, in batch order (split after split)."""
+    starts, counts = share.rows(steps)
+    return [[(s, int(starts[i, s]) + k) for s in range(share.num_splits) for k in range(int(counts[i, s]))]
+            for i in range(len(steps))]
+
+
+@pytest.mark.parametrize("G", [8, 32, 64, 96, 256, 1024, 7, 100])
+@pytest.mark.parametrize("S", [48, 4, 64])
+def test_every_world_size_dividing_the_batch_takes_the_global_order_split_after_split(G, S):
+    steps = np.arange(S // gcd(G, S) + 2)  # the order repeats every S // gcd(G, S) steps
+    want = [sorted(global_order(S, G, range(t * G, (t + 1) * G))) for t in steps]
+    for W in [w for w in (1, 2, 3, 4, 8, 16, 32) if G % w == 0]:
+        ranks = [rank_pairs(Share(G, S, r, W), steps) for r in range(W)]
+        for i, t in enumerate(steps):
+            got = [pair for rank in ranks for pair in rank[i]]
+            assert got == want[i], f"G={G} S={S} W={W} step {t}"
+            assert all(len(rank[i]) == G // W for rank in ranks)
+        for r, rank in enumerate(ranks):
+            share = Share(G, S, r, W)
+            touched = {s for step in rank for s, _ in step}
+            assert touched <= set(share.splits)
+            if S % W == 0:  # W divides the splits too: only its own splits, all of them (the cache relies on it)
+                assert share.splits == range(r * S // W, (r + 1) * S // W) and touched == set(share.splits)
+            for step in rank:  # each split gives a step one contiguous run of rows
+                for s in {s for s, _ in step}:
+                    rows = [k for ss, k in step if ss == s]
+                    assert rows == list(range(rows[0], rows[0] + len(rows)))
+
+
+def test_a_global_batch_that_the_splits_divide_is_todays_rows_of_every_split():
+    share = Share(96, 48)
+    starts, counts = share.rows(np.arange(5))
+    assert (counts == 2).all() and (starts == np.arange(5)[:, None] * 2).all()
+    assert share.steps_per_epoch(min_split_rows=13) == 6 and Share(64, 48).steps_per_epoch(min_split_rows=13) == 9
+
+
+def test_a_world_size_that_does_not_divide_the_global_batch_is_a_one_line_error():
+    with pytest.raises(PrepError, match=r"world_size=3 does not divide global_batch_size=64.*\[1, 2, 4, 8, 16, 32, 64\]"):
+        Share(64, 48, 0, 3)
+    with pytest.raises(PrepError, match="global_batch_size=0 must be >= 1"):
+        Share(0, 48)

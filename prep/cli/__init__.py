@@ -24,7 +24,7 @@ __all__ = ["main", "build_parser", "commands", "DESCRIPTION"]
 DESCRIPTION = """\
 Get training data onto accelerators without wasting GPU time, in three stages:
 prepare (text or images -> a Lance table + a rejects table), materialize (shuffled
-epochs laid out as splits, any world size dividing the splits sees the same global
+epochs laid out as splits: any global batch, any world size dividing it, the same global
 batches), read (prep.reader, a torch dataset with exact resume). Look at any of
 their outputs with `prep inspect`; see where reading time goes with `prep bench`.
 

@@ -42,13 +42,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("path", help="a materialized output (directory with manifest.json), or a prepared table read "
                    "through an on-the-fly random plan (see --splits); local or s3://")
-    p.add_argument("--global-batch-size", type=at_least(1), required=True, help="rows per global step (a multiple of the splits)")
+    p.add_argument("--global-batch-size", type=at_least(1), required=True, help="rows per global step (any; --world-size must divide it)")
     p.add_argument("--rank", type=at_least(0), help="rank to read as (default: torch.distributed, RANK, SLURM_PROCID, else 0)")
     p.add_argument("--world-size", type=at_least(1), help="ranks (default: torch.distributed, WORLD_SIZE, SLURM_NTASKS, else 1)")
     p.add_argument("--consumer-ms", type=_milliseconds, default=0.0,
                    help="simulated training step per batch in milliseconds (default 0: take batches as fast as they come)")
     p.add_argument("--splits", type=at_least(1), default=48,
-                   help="splits of the on-the-fly plan when PATH is a prepared table (default 48)")
+                   help="splits of the on-the-fly plan when PATH is a prepared table (default 48; any global batch fits)")
     p.add_argument("--seconds", type=_seconds, default=10.0, help="read for at most this long (default 10)")
     p.add_argument("--read-mb", type=at_least(1), default=64, help="MiB one read covers, all the rank's splits together (default 64)")
     p.add_argument("--raw-chunks", type=at_least(1), default=2, help="reads queued ahead of batching (default 2)")

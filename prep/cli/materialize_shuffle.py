@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", required=True, help="output directory (local path or s3://)")
     p.add_argument("--epochs", type=at_least(1), required=True, help="number of epochs to write")
     p.add_argument("--splits", type=at_least(1), default=DEFAULT_SPLITS,
-                   help=f"number of splits (default {DEFAULT_SPLITS}: any world size dividing it)")
+                   help=f"number of splits (default {DEFAULT_SPLITS}; any global batch reads it; a world size "
+                   "dividing it keeps each rank's reads on its own splits)")
     p.add_argument("--strategy", default="random", choices=list(STRATEGIES),
                    help="how rows are assigned to splits (default random)")
     p.add_argument("--hash-columns", type=_names, default=["id"], help="comma-separated columns for --strategy hash (default id)")

@@ -18,11 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "training reads them; the last line on stderr is the reader's status line.\n\n"
         "example:\n  prep read out/gsm8k-epochs --global-batch-size 96 --rank 0 --world-size 4 --max-steps 3",
     )
-    p.add_argument("path", help="a materialized output (directory with manifest.json)")
+    p.add_argument("path", help="a materialized output (directory with manifest.json), or a prepared table "
+                   "(read through the default on-the-fly plan: 48 splits, random, seed 0)")
     p.add_argument("--epoch", type=at_least(0), default=0, help="epoch to read (default 0)")
     p.add_argument("--rank", type=at_least(0), default=None, help="rank (default: torch.distributed, RANK, SLURM_PROCID, else 0; see docs/reader.md)")
     p.add_argument("--world-size", type=at_least(1), default=None, help="world size (default: torch.distributed, WORLD_SIZE, SLURM_NTASKS, else 1)")
-    p.add_argument("--global-batch-size", type=at_least(1), required=True, help="rows per global step (a multiple of the splits)")
+    p.add_argument("--global-batch-size", type=at_least(1), required=True, help="rows per global step (any; --world-size must divide it)")
     p.add_argument("--max-steps", type=at_least(0), default=None, help="stop after this many steps")
     p.add_argument("--cache-dir", help="local reader cache (the directory `prep prewarm --cache` fills): splits are read "
                    "from there when copied, else from the remote while a background stage copies them")

@@ -256,11 +256,13 @@ def read_manifest(path: str, s3: storage.S3Options | None = None) -> Manifest:
     """
     uri = storage.join(path, MANIFEST)
     if not storage.exists(uri, s3):
+        if storage.exists(storage.join(path, "_versions"), s3):  # before the marker: a prepared table has one too
+            raise PrepError(f"{path} is a prepared Lance table, not a materialized output (no {MANIFEST}): read it "
+                            "through an on-the-fly plan (ReaderDataset(path, ...) or plan=...), or materialize it with "
+                            f"`prep materialize-shuffle --table {path} --output DIR`")
         hint = ""
         if storage.exists(storage.join(path, MARKER), s3):
             hint = " (a run was started there but has not finished: rerun it)"
-        elif storage.exists(storage.join(path, "_versions"), s3):
-            hint = " (it is a Lance table: pass plan=... to read a prepared table directly, or materialize it)"
         raise PrepError(
             f"{path} is not a materialized output: no {MANIFEST}{hint}; run `prep materialize-shuffle --output {path}` "
             "(the manifest is written last, so a crashed run has none)"

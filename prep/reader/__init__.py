@@ -13,7 +13,7 @@ from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
 from prep.reader.loader import Loader
-from prep.reader.prefetch import ReaderError
+from prep.reader.stage import ReaderError
 from prep.reader.stats import StatsSnapshot
 
 __all__ = ["Batch", "DeviceFeed", "Loader", "ReaderDataset", "ReaderError", "StatsSnapshot"]

@@ -14,8 +14,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data._utils.collate import default_collate_fn_map
 
-__all__ = ["Batch", "ORIGIN_FIELDS"]
+from prep.errors import PrepError
+
+__all__ = ["Batch", "ORIGIN_FIELDS", "refuse_collate"]
 
 ORIGIN_FIELDS = ("epoch", "step", "ids", "num_tokens", "state", "stats", "worker", "source_rows", "source_tokens")
 
@@ -115,3 +118,13 @@ class Batch(dict):
 
 def _restore(tensors: dict[str, torch.Tensor], origin: dict[str, Any]) -> Batch:
     return Batch.make(tensors, **origin)
+
+
+def refuse_collate(batch: list, *, collate_fn_map: Any = None) -> None:
+    """What ``DataLoader(ds, batch_size=N)`` meets: N whole local batches to stack. One line instead of
+    torch's ``stack expects each tensor to be equal size`` (batches differ in padded length)."""
+    raise PrepError(f"the reader yields whole local batches: DataLoader got batch_size={len(batch)} and tried to stack "
+                    "them; use DataLoader(ds, batch_size=None) (the rows per batch come from global_batch_size / world size)")
+
+
+default_collate_fn_map[Batch] = refuse_collate  # torch's documented way to extend default_collate with a type

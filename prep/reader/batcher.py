@@ -19,11 +19,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from prep.errors import PrepError
-from prep.reader.prefetch import ReaderError
 from prep.reader.batch import Batch
 from prep.reader.collate import collate_steps, source_counts
 from prep.reader.schedule import Schedule
-from prep.reader.source import EPOCH_KEY, STEP_KEY, RawChunk
+from prep.reader.source import RawChunk
+from prep.reader.stage import EPOCH_KEY, STEP_KEY, ReaderError
 from prep.reader.spec import CollateSpec
 
 __all__ = ["Batcher", "GROUP_BYTES"]
@@ -126,10 +126,9 @@ class Batcher:
 
     def _build(self, chunk: RawChunk, start: int, stop: int) -> list[Batch]:
         started = time.perf_counter()
-        b = self._schedule.rows_per_split_step
         out = []
-        rows, tokens = source_counts(chunk.rows, start, stop, b, self._spec) if self._spec.sources else (None, None)
-        for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.rows, start, stop, b, self._spec), start=start):
+        rows, tokens = source_counts(chunk.rows, start, stop, self._spec) if self._spec.sources else (None, None)
+        for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.rows, start, stop, self._spec), start=start):
             mix = {} if rows is None else {"source_rows": rows[j - start], "source_tokens": tokens[j - start]}
             batch = Batch.make(tensors, epoch=chunk.epoch, step=int(chunk.steps[j]), ids=ids, num_tokens=num_tokens, **mix)
             out.append(batch.pin_memory() if self._pin else batch)

@@ -1,10 +1,11 @@
 """Build whole batches from a chunk with vectorized NumPy: no per-row and no per-split Python.
 
-A local batch is ``b`` consecutive rows of each split the rank owns, in split
-order. A chunk holds all those splits in one set of columns (:class:`Chunk`), and
-batches are built a *group* of steps at a time by index arithmetic over it, so the
-Python work is a handful of calls per group, whatever ``b`` and the number of
-splits are, and each batch is a view of the group's output:
+A local batch is a run of consecutive rows of each split the rank reads, in split
+order (:class:`prep.runtime.world.Share`). A chunk holds all those splits in one set
+of columns (:class:`Chunk`), and batches are built a *group* of steps at a time by
+index arithmetic over it, so the Python work is a handful of calls per group, whatever
+the rows per split and the number of splits are, and each batch is a view of the
+group's output:
 
 * fixed-length rows (packed text, images): one gather puts the group's rows in batch
   order (none at all when the rank reads one split in order and the dtype is kept:
@@ -36,7 +37,7 @@ import torch
 from prep.reader import buffers
 from prep.reader.spec import CollateSpec
 
-__all__ = ["Chunk", "collate_steps", "source_counts", "IGNORE_INDEX"]
+__all__ = ["Chunk", "collate_steps", "source_counts", "ranges", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
 Built = tuple[dict[str, torch.Tensor], np.ndarray, int]  # (tensors, row ids, real tokens)
@@ -52,49 +53,62 @@ with warnings.catch_warnings():
 
 @dataclass(frozen=True)
 class Chunk:
-    """One read of all the rank's splits, as ONE set of columns (so no step costs Python per split).
+    """One read of the rank's splits, as ONE set of columns (so no step costs Python per split).
 
-    Row ``i`` (read order) of split ``s`` is row ``order[s * split_rows + i]`` of ``columns``;
-    ``order`` None means the identity (the splits' rows concatenated, split after split).
+    The splits' rows are in ``columns`` one split after the other, each split's rows in step
+    order; row ``i`` of that concatenation is row ``order[i]`` of ``columns`` (``order`` None:
+    the identity, e.g. one range read per split; an on-the-fly plan reads them in one ``take``).
 
     Attributes:
         columns: NumPy columns (see :func:`prep.reader.source.columns_to_numpy`).
-        num_splits: the rank's splits in this chunk.
-        split_rows: rows of each split in this chunk.
-        order: where each split's rows are in ``columns``, or None.
+        counts: ``(steps, splits)``: rows each split gives each step of the chunk (see
+            :meth:`prep.runtime.world.Share.rows`).
+        offsets: ``(steps, splits)``: where those rows start in the concatenation.
+        order: where the concatenation's rows are in ``columns``, or None.
     """
 
     columns: dict[str, Any]
-    num_splits: int
-    split_rows: int
+    counts: np.ndarray
+    offsets: np.ndarray
     order: np.ndarray | None = None
 
-    def rows(self, start: int, stop: int, b: int) -> np.ndarray | slice:
+    @classmethod
+    def of(cls, columns: dict[str, Any], counts: np.ndarray, order: np.ndarray | None = None) -> "Chunk":
+        """A chunk whose splits give ``counts[step, split]`` rows a step."""
+        counts = np.asarray(counts, np.int64)
+        within = np.cumsum(counts, axis=0) - counts  # rows of the same split in earlier steps
+        total = counts.sum(axis=0)
+        return cls(columns, counts, (np.cumsum(total) - total)[None, :] + within, order)
+
+    def rows(self, start: int, stop: int) -> np.ndarray | slice:
         """Rows of ``columns`` forming steps ``[start, stop)``, in batch order (step, split, row).
 
-        A slice (so batches are views) when the rank reads one split in order.
+        A slice (so batches are views) when the chunk holds one split read in order.
         """
-        if self.num_splits == 1 and self.order is None:
-            return slice(start * b, stop * b)
-        steps = np.arange(start * b, stop * b).reshape(stop - start, 1, b)
-        pos = (np.arange(self.num_splits)[None, :, None] * self.split_rows + steps).ravel()
+        counts, offsets = self.counts[start:stop], self.offsets[start:stop]
+        if counts.shape[1] == 1 and self.order is None:
+            return slice(int(offsets[0, 0]), int(offsets[-1, 0] + counts[-1, 0]))
+        b = int(counts[0, 0])
+        if (counts == b).all():  # every split gives every step b rows: one broadcast
+            pos = (offsets[:, :, None] + np.arange(b)).ravel()
+        else:
+            pos = ranges(offsets.ravel(), counts.ravel())
         return pos if self.order is None else self.order[pos]
 
 
-def collate_steps(chunk: Chunk, start: int, stop: int, b: int, spec: CollateSpec) -> list[Built]:
-    """Batches for steps ``[start, stop)`` of a chunk: step ``j`` is rows ``[j*b, (j+1)*b)`` of every split.
+def collate_steps(chunk: Chunk, start: int, stop: int, spec: CollateSpec) -> list[Built]:
+    """Batches for steps ``[start, stop)`` of a chunk (step ``j``: each split's rows of it, split after split).
 
     Args:
         chunk: the chunk's columns, all its splits in one (see :class:`Chunk`).
         start: first step, relative to the chunk.
         stop: end step, relative to the chunk.
-        b: rows each split gives a step.
         spec: how rows become tensors.
 
     Returns:
         One ``(tensors, ids, num_tokens)`` per step.
     """
-    rows = chunk.rows(start, stop, b)
+    rows = chunk.rows(start, stop)
     ids = chunk.columns["id"][rows].reshape(stop - start, -1)
     if spec.kind == "images":
         built = _images(chunk, rows, stop - start, spec)
@@ -105,9 +119,9 @@ def collate_steps(chunk: Chunk, start: int, stop: int, b: int, spec: CollateSpec
     return [(tensors, ids[j], tokens) for j, (tensors, tokens) in enumerate(built)]
 
 
-def source_counts(chunk: Chunk, start: int, stop: int, b: int, spec: CollateSpec) -> tuple[np.ndarray, np.ndarray]:
+def source_counts(chunk: Chunk, start: int, stop: int, spec: CollateSpec) -> tuple[np.ndarray, np.ndarray]:
     """Rows and real tokens of each mixture source in steps ``[start, stop)``: two ``(steps, sources)`` arrays."""
-    rows = chunk.rows(start, stop, b)
+    rows = chunk.rows(start, stop)
     if isinstance(rows, slice):
         rows = np.arange(rows.start, rows.stop)
     which = chunk.columns["source"][rows].astype(np.int64)
@@ -145,7 +159,7 @@ def _padded(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpe
     m = spec.pad_to_multiple_of
     width = np.maximum(-(-lens.reshape(steps, per_batch).max(axis=1, initial=0) // m) * m, 1)  # per step
     base = np.concatenate([[0], np.cumsum(per_batch * width)])
-    src = _token_positions(row_src, lens)
+    src = ranges(row_src, lens)
     size = int(base[-1])
     real = buffers.empty(size, np.bool_)  # which output places hold a token: arange(width) < length, per batch
     places = np.arange(int(width.max(initial=1)))
@@ -182,8 +196,8 @@ def _padded(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpe
     return out
 
 
-def _token_positions(row_start: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Every token's position, row after row: ``row_start[i] + 0..lens[i]-1``, concatenated.
+def ranges(row_start: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """``row_start[i] + 0..lens[i]-1``, concatenated (every token's position, row after row; every row of runs).
 
     A cumulative sum of per-row jumps (``np.repeat`` would hold the GIL for the whole group;
     these kernels release it, so the batch threads overlap).

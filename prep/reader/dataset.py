@@ -17,24 +17,25 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from prep.io import storage
 from prep.cache.store import SplitCache
 from prep.errors import PrepError
-from prep.contracts.manifest import Manifest, read_manifest
 from prep.plan.spec import PlanSpec
 from prep.reader import forksafe
 from prep.reader import state as st
 from prep.reader.batch import Batch
 from prep.reader.cached import FetchStage
-from prep.reader.manifest import Materialized
+from prep.reader.layouts import open_layout
+from prep.reader.options import ReaderOptions
 from prep.reader.pipeline import Pipeline
 from prep.reader.schedule import Schedule
-from prep.reader.spec import TEXT_KINDS, row_bytes, spec_from_metadata
+from prep.reader.spec import TEXT_KINDS, row_bytes
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
-from prep.runtime.world import rank_and_world_size, rows_per_split_step, splits_for_rank
+from prep.runtime.world import Share, rank_and_world_size
 
 __all__ = ["ReaderDataset"]
 
@@ -45,10 +46,12 @@ class ReaderDataset(IterableDataset):
     Args:
         path: a materialized output (``prep materialize-shuffle``), or a prepared Lance table
             when ``plan`` is given.
-        global_batch_size: rows per global step, a multiple of the number of splits.
+        global_batch_size: rows per global step, any ``G >= 1`` (a mixture: a multiple of its global batch);
+            the global order of :mod:`prep.runtime.world` says which rows form each step.
         rank: this rank (default: an initialised ``torch.distributed`` group, else ``RANK``, else
             ``SLURM_PROCID``, else 0; see :func:`prep.runtime.world.rank_and_world_size`).
-        world_size: ranks (default: from the same source as the rank); must divide the number of splits.
+        world_size: ranks (default: from the same source as the rank); must divide ``global_batch_size``.
+            Each rank takes ``G / W`` rows a step; when ``W`` also divides the splits, only from its own.
         epochs: which epochs to read (default: all in the manifest; with ``plan``: an int n reads 0..n-1).
         plan: read a prepared table directly with this shuffle plan (a :class:`prep.plan.spec.PlanSpec`,
             or some of its keys: the rest default).
@@ -82,51 +85,45 @@ class ReaderDataset(IterableDataset):
 
     def __init__(self, path: str, *, global_batch_size: int, rank: int | None = None, world_size: int | None = None,
                  epochs: int | Sequence[int] | None = None, plan: PlanSpec | Mapping[str, Any] | None = None,
-                 transform: Callable[[Batch], dict] | None = None, transform_threads: int = 2,
-                 pad_id: int | None = None, token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
-                 image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
-                 pin_memory: bool = False, batch_threads: int = 2, read_bytes: int = 64 << 20, raw_chunks: int = 2, prefetch_batches: int = 4,
+                 transform: Callable[[Batch], dict] | None = ReaderOptions.transform,
+                 transform_threads: int = ReaderOptions.transform_threads, pad_id: int | None = ReaderOptions.pad_id,
+                 token_dtype: torch.dtype = ReaderOptions.token_dtype,
+                 pad_to_multiple_of: int = ReaderOptions.pad_to_multiple_of,
+                 image_layout: Literal["NCHW", "NHWC"] = ReaderOptions.image_layout,
+                 return_loss_mask: bool = ReaderOptions.return_loss_mask, pin_memory: bool = ReaderOptions.pin_memory,
+                 batch_threads: int = ReaderOptions.batch_threads, read_bytes: int = ReaderOptions.read_bytes,
+                 raw_chunks: int = ReaderOptions.raw_chunks, prefetch_batches: int = ReaderOptions.prefetch_batches,
                  s3: storage.S3Options | None = None, cache_dir: str | None = None, cache_max_bytes: int | None = None,
-                 fetch_threads: int = 8) -> None:
+                 fetch_threads: int = ReaderOptions.fetch_threads) -> None:
         super().__init__()
-        if cache_dir is not None and plan is not None:
-            raise PrepError("cache_dir works with a materialized output, not with plan= (an on-the-fly plan reads the "
-                            "prepared table in place)")
-        if plan is not None:
-            from prep.reader.planned import Planned
-
-            self.layout: Any = Planned(path, plan, 1 if epochs is None else epochs, s3=s3)
-            chosen = self.layout.epochs
-        else:
-            self.layout = Materialized.open(path, s3)
-            self.layout.check_global_batch(global_batch_size)
-            chosen = self.layout.pick_epochs(epochs)
+        self.options = ReaderOptions(
+            transform=transform, transform_threads=transform_threads, pad_id=pad_id, token_dtype=token_dtype,
+            pad_to_multiple_of=pad_to_multiple_of, image_layout=image_layout, return_loss_mask=return_loss_mask,
+            pin_memory=pin_memory, batch_threads=batch_threads, read_bytes=read_bytes, raw_chunks=raw_chunks,
+            prefetch_batches=prefetch_batches, fetch_threads=fetch_threads)
+        self.layout, chosen = open_layout(path, global_batch_size=global_batch_size, plan=plan, epochs=epochs, s3=s3)
+        if cache_dir is not None and self.layout.manifest is None:
+            raise PrepError(f"cache_dir works with a materialized output, not with a prepared table ({path}) read "
+                            "through an on-the-fly plan, which reads the table in place")
         self.rank, self.world_size = rank_and_world_size(rank, world_size)
         self.global_batch_size = global_batch_size
-        self.splits = splits_for_rank(self.layout.num_splits, self.rank, self.world_size)
-        b = rows_per_split_step(global_batch_size, self.layout.num_splits)
-        self.schedule = Schedule.build(self.layout.split_rows, chosen, b)
-        self.local_batch_size = b * len(self.splits)
-        self.spec = spec_from_metadata(self.layout.metadata, pad_id=pad_id, token_dtype=token_dtype,
-                                       pad_to_multiple_of=pad_to_multiple_of, image_layout=image_layout,
-                                       return_loss_mask=return_loss_mask,
-                                       sources=len(self.layout.mixture_tables or ()))
+        self.share = Share(global_batch_size, self.layout.num_splits, self.rank, self.world_size)
+        self.splits = self.share.splits  # the splits this rank reads (its own when the world size divides them)
+        self.schedule = Schedule.build(self.layout.split_rows, chosen, self.share)
+        self.local_batch_size = self.share.local_batch_size
+        self.spec = self.options.collate_spec(self.layout.metadata,
+                                              sources=len(self.layout.mixture_tables or ()))
         self._max_steps = max(1, read_bytes // max(1, row_bytes(self.layout.metadata, self.spec) * self.local_batch_size))
-        self._transform, self._transform_threads = transform, transform_threads
-        self._pin = pin_memory and torch.cuda.is_available()
-        self._raw_chunks, self._prefetch_batches, self._batch_threads = raw_chunks, prefetch_batches, batch_threads
         self._position = self.schedule.position(0)
         self._pending: tuple[int, int] | None = None
         self._own: int | None = None  # in a DataLoader worker: the next step this worker builds
         self._pipeline: Pipeline | None = None
         self._pid = os.getpid()  # the process _pipeline belongs to
         self._prev = StatsSnapshot()
-        self._cache: tuple[str, int | None, Manifest, storage.S3Options | None] | None = None
+        self._cache: tuple[str, int | None, storage.S3Options | None] | None = None
         if cache_dir is not None:
-            manifest = read_manifest(path, s3)
-            SplitCache(cache_dir, source=path, manifest=manifest, max_bytes=cache_max_bytes, s3=s3)  # claims it now
-            self._cache = (os.path.abspath(cache_dir), cache_max_bytes, manifest, s3)
-        self._fetch_threads = fetch_threads
+            self._split_cache(os.path.abspath(cache_dir), cache_max_bytes, s3)  # claims the directory now
+            self._cache = (os.path.abspath(cache_dir), cache_max_bytes, s3)
 
     # --- length ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -174,9 +171,11 @@ class ReaderDataset(IterableDataset):
 
     @property
     def dropped_rows(self) -> int:
-        """Rows of this rank's splits beyond each epoch's last full step (not delivered)."""
-        b = self.schedule.rows_per_split_step
-        return int(sum((self.layout.split_rows[e][self.splits.start:self.splits.stop] - n * b).sum()
+        """Rows beyond each epoch's last full step (not delivered) in the splits this rank answers for,
+        ``[r*S//W, (r+1)*S//W)`` (its own splits when ``W`` divides ``S``): summed over ranks, each once."""
+        home = self.share.home_splits
+        return int(sum((self.layout.split_rows[e][home.start:home.stop]
+                        - self.share.split_starts(np.array([n]))[0, home.start:home.stop]).sum()
                        for e, n in zip(self.schedule.epochs, self.schedule.steps)))
 
     # --- iteration ---------------------------------------------------------------------------------
@@ -199,11 +198,9 @@ class ReaderDataset(IterableDataset):
         total = self.schedule.total
         self._own = min(self.schedule.index(*start) + worker, total) if info is not None else None
         pipe = self._pipeline = Pipeline(
-            layout=self.layout, schedule=self.schedule, splits=self.splits, spec=self.spec, start=start, worker=worker,
-            num_workers=num_workers, max_steps=self._max_steps, raw_chunks=self._raw_chunks,
-            prefetch_batches=self._prefetch_batches, pin_memory=self._pin, batch_threads=self._batch_threads,
-            transform=self._transform,
-            transform_threads=self._transform_threads, fetch=self._fetch_stage(start[0]))
+            layout=self.layout, schedule=self.schedule, share=self.share, spec=self.spec, options=self.options,
+            start=start, worker=worker, num_workers=num_workers, max_steps=self._max_steps,
+            fetch=self._fetch_stage(start[0]))
         self._prev = StatsSnapshot()
         try:
             while True:
@@ -226,14 +223,17 @@ class ReaderDataset(IterableDataset):
         """Where the next ``iter()`` starts: a loaded state, else where the last one stopped (0 after the end)."""
         return self._pending or (self._position if self._position != self.schedule.end else self.schedule.position(0))
 
+    def _split_cache(self, root: str, max_bytes: int | None, s3: storage.S3Options | None) -> SplitCache:
+        """The cache at ``root`` for this output, from the manifest the layout already read."""
+        return SplitCache(root, source=self.layout.uri, manifest=self.layout.manifest, max_bytes=max_bytes, s3=s3)
+
     def _fetch_stage(self, epoch: int) -> FetchStage | None:
         """This process's fetch stage, from ``epoch`` on (None without a cache)."""
         if self._cache is None:
             return None
-        root, max_bytes, manifest, s3 = self._cache
-        cache = SplitCache(root, source=self.layout.uri, manifest=manifest, max_bytes=max_bytes, s3=s3)
         epochs = self.schedule.epochs[self.schedule.epochs.index(epoch):]
-        return FetchStage(cache, tuple(epochs), self.splits, threads=self._fetch_threads)
+        return FetchStage(self._split_cache(*self._cache), tuple(epochs), self.splits,
+                          threads=self.options.fetch_threads)
 
     # --- observability -----------------------------------------------------------------------------
     def stats(self) -> StatsSnapshot:

@@ -18,7 +18,7 @@ import numpy as np
 from prep.io import storage
 from prep.contracts.table import TableMetadata
 from prep.errors import PrepError
-from prep.contracts.manifest import read_manifest
+from prep.contracts.manifest import Manifest, read_manifest
 from prep.reader.source import SplitTable
 
 __all__ = ["Materialized"]
@@ -27,7 +27,7 @@ __all__ = ["Materialized"]
 
 @dataclass(frozen=True, kw_only=True)
 class Materialized:
-    """A materialized output, described by its manifest (no open handles: it pickles small).
+    """A materialized output, described by its manifest (no open handles: it pickles as its manifest).
 
     Args:
         uri: the output directory (local path or ``s3://``).
@@ -42,6 +42,7 @@ class Materialized:
         s3: where to reach ``s3://`` URIs.
         mixture_batch: a mixture's global batch ``G`` (readers' global batches must be multiples), else None.
         mixture_tables: a mixture's tables, in ``source`` column order, else None.
+        manifest: the manifest itself (read once: the reader cache is built from it).
     """
 
     uri: str
@@ -56,6 +57,7 @@ class Materialized:
     s3: storage.S3Options | None = None
     mixture_batch: int | None = None
     mixture_tables: tuple[str, ...] | None = None
+    manifest: Manifest | None = None
 
     @classmethod
     def open(cls, uri: str, s3: storage.S3Options | None = None) -> "Materialized":
@@ -85,6 +87,7 @@ class Materialized:
             s3=s3,
             mixture_batch=m.plan.mixture.global_batch if m.plan.mixture else None,
             mixture_tables=tuple(s.table for s in m.plan.mixture.sources) if m.plan.mixture else None,
+            manifest=m,
         )
 
     def check_global_batch(self, global_batch_size: int) -> None:

@@ -7,19 +7,23 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+import torch
 
 from prep.reader.batch import Batch
+from prep.reader.options import ReaderOptions
 from prep.reader.batcher import Batcher
 from prep.reader.cached import CachedLayout, FetchStage, cache_counters
 from prep.reader.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
-from prep.reader.source import EPOCH_KEY, STEP_KEY, ChunkSource
+from prep.reader.source import ChunkSource
+from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout
 from prep.reader.spec import CollateSpec
 from prep.reader.stats import StatsSnapshot
 from prep.reader.transform import Transformer
+from prep.runtime.world import Share
 
 __all__ = ["Pipeline"]
 
@@ -27,45 +31,56 @@ __all__ = ["Pipeline"]
 class Pipeline:
     """Builds the stages for one pass from ``start`` and counts what the consumer takes.
 
+    A :class:`~prep.reader.stage.Stage` itself: its state is its last stage's (the position
+    after the last batch returned).
+
     Args:
         layout: the materialized output (or on-the-fly plan).
         schedule: the steps being read.
-        splits: the rank's splits.
+        share: the rank's rows of each step.
         spec: how rows become tensors.
+        options: the reader's knobs (threads, queue depths, transform, pinning).
         start: ``(epoch, step)`` to start at.
         worker: this DataLoader worker (0 without workers).
         num_workers: DataLoader workers (1 without workers).
         max_steps: steps per read once reads have ramped up.
-        raw_chunks: reads queued ahead of batching.
-        prefetch_batches: batches built ahead of the consumer, at least.
-        pin_memory: build batches in pinned memory.
-        batch_threads: threads building batches.
-        transform: optional ``fn(batch) -> dict``, on ``transform_threads`` threads.
-        transform_threads: pool size for ``transform``.
         fetch: the reader cache's fetch stage (reads go through the cache), or None.
     """
 
-    def __init__(self, *, layout: Any, schedule: Schedule, splits: range, spec: CollateSpec, start: tuple[int, int],
-                 worker: int, num_workers: int, max_steps: int, raw_chunks: int, prefetch_batches: int,
-                 pin_memory: bool, batch_threads: int, transform: Callable[[Batch], dict] | None, transform_threads: int,
+    def __init__(self, *, layout: Layout, schedule: Schedule, share: Share, spec: CollateSpec, options: ReaderOptions,
+                 start: tuple[int, int], worker: int = 0, num_workers: int = 1, max_steps: int = 64,
                  fetch: FetchStage | None = None) -> None:
         self.fetch = fetch
         if fetch is not None:
             layout = CachedLayout(layout, fetch)
-        self.source = ChunkSource(layout=layout, schedule=schedule, splits=splits, columns=spec.columns,
+        self.source = ChunkSource(layout=layout, schedule=schedule, share=share, columns=spec.columns,
                                   worker=worker, num_workers=num_workers, max_steps=max_steps)
-        self.io = Prefetcher(self.source, depth=raw_chunks, name="reader I/O", size=lambda c: c.num_rows)
-        self.batcher = Batcher(self.io, schedule=schedule, spec=spec, pin_memory=pin_memory, threads=batch_threads,
-                               ahead=prefetch_batches)
-        self.transformer = None if transform is None else Transformer(self.batcher, transform, num_threads=transform_threads)
+        self.io = Prefetcher(self.source, depth=options.raw_chunks, name="reader I/O", size=lambda c: c.num_rows)
+        self.batcher = Batcher(self.io, schedule=schedule, spec=spec, threads=options.batch_threads,
+                               pin_memory=options.pin_memory and torch.cuda.is_available(),
+                               ahead=options.prefetch_batches)
+        self.transformer = None if options.transform is None else \
+            Transformer(self.batcher, options.transform, num_threads=options.transform_threads)
         self.last: Any = self.transformer or self.batcher
-        self.last.reset({EPOCH_KEY: start[0], STEP_KEY: start[1]})
-        local_rows = schedule.rows_per_split_step * len(splits)
-        self._to_read = len(range(schedule.index(*start) + worker, schedule.total, num_workers)) * local_rows
+        self._schedule, self._local_rows, self._worker, self._num_workers = \
+            schedule, share.local_batch_size, worker, num_workers
+        self._source_rows, self._source_tokens = np.zeros(spec.sources, np.int64), np.zeros(spec.sources, np.int64)
+        self.reset({EPOCH_KEY: start[0], STEP_KEY: start[1]})
+
+    def reset(self, initial_state: dict[str, int] | None) -> None:
+        """Seeks every stage to ``initial_state`` (None: the first step) and restarts the counters."""
+        self.last.reset(initial_state)
+        start = 0 if initial_state is None else self._schedule.index(initial_state[EPOCH_KEY], initial_state[STEP_KEY])
+        self._to_read = len(range(start + self._worker, self._schedule.total, self._num_workers)) * self._local_rows \
+            + self.source.rows_read
         self._started = time.perf_counter()
         self._first: float | None = None
         self._wait, self._rows, self._tokens, self._batches = 0.0, 0, 0, 0
-        self._source_rows, self._source_tokens = np.zeros(spec.sources, np.int64), np.zeros(spec.sources, np.int64)
+        self._source_rows[:] = 0
+        self._source_tokens[:] = 0
+
+    def get_state(self) -> dict[str, int]:
+        return self.last.get_state()
 
     def next(self) -> Batch:
         """The next batch (StopIteration at the end), timing how long the consumer waited."""

@@ -54,6 +54,7 @@ class Planned:
 
     mixture_batch: int | None = None  # an on-the-fly plan reads one table, never a mixture
     mixture_tables: tuple[str, ...] | None = None
+    manifest: None = None  # nothing is materialized (so there is nothing to cache)
 
     def __init__(self, uri: str, plan: PlanSpec | Mapping[str, Any], epochs: int | Sequence[int] = 1, *,
                  version: int | None = None, s3: storage.S3Options | None = None) -> None:
@@ -95,15 +96,15 @@ class PlannedSplit:
         self._layout, self._table, self._epoch, self._split = layout, table, epoch, split
 
     @staticmethod
-    def read_splits(splits: list["PlannedSplit"], rows: np.ndarray, pool: Any) -> tuple[Any, np.ndarray]:
-        """The same read-order ``rows`` of every split in ONE ``take`` of table rows in ascending order.
+    def read_splits(splits: list["PlannedSplit"], rows: list[np.ndarray], pool: Any) -> tuple[Any, np.ndarray]:
+        """Read-order ``rows[i]`` of ``splits[i]`` in ONE ``take`` of table rows in ascending order.
 
         A Lance ``take`` costs about 20 ms a call on top of its rows (it visits every fragment), so
         one call per chunk instead of one per split; ascending rows read each fragment front to
-        back. Returns the table and ``order``: split ``s``'s row ``i`` is row
-        ``order[s * len(rows) + i]`` of the table (see :class:`prep.reader.collate.Chunk`).
+        back. Returns the table and ``order``: row ``i`` of the splits' rows one after the other
+        is row ``order[i]`` of the table (see :class:`prep.reader.collate.Chunk`).
         """
-        positions = np.concatenate([split.positions(rows) for split in splits])
+        positions = np.concatenate([split.positions(split_rows) for split, split_rows in zip(splits, rows)])
         ascending = np.argsort(positions, kind="stable")
         order = np.empty_like(ascending)
         order[ascending] = np.arange(len(ascending))

@@ -14,25 +14,12 @@ import queue
 import threading
 import traceback
 import weakref
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from prep.errors import PrepError
+from prep.reader.stage import ReaderError, Stage
 
-__all__ = ["Stage", "Prefetcher", "ReaderError"]
-
-
-class ReaderError(PrepError):
-    """A failure inside one of the reader's threads, re-raised where the batches are consumed."""
-
-
-class Stage(Protocol):
-    """The contract every reader stage follows (see ../shared/STYLE.md, "Stages with a contract")."""
-
-    def reset(self, initial_state: dict[str, Any] | None) -> None: ...
-    def next(self) -> Any: ...
-    def get_state(self) -> dict[str, Any]: ...
-    def shutdown(self) -> None: ...
-
+__all__ = ["Prefetcher"]
 
 _RUNNING: "weakref.WeakSet[Prefetcher]" = weakref.WeakSet()
 

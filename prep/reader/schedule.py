@@ -3,8 +3,8 @@
 A position is ``(epoch, step)``: the next global step to deliver. Positions are
 numbered across the epochs being read, so "resume at step 5 of epoch 1" is one
 integer, a worker's share of the steps is a stride, and a seek costs nothing.
-Every epoch has ``min(split rows) // b`` steps (``b`` rows from each split per
-step, ``docs/architecture.md``); rows past that are dropped for that epoch.
+Every epoch has ``S * min(split rows) // G`` steps (the global order of
+:mod:`prep.runtime.world`, ``docs/architecture.md``); rows past them are dropped for that epoch.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from prep.errors import PrepError
+from prep.runtime.world import Share
 
 __all__ = ["Schedule"]
 
@@ -26,22 +27,20 @@ class Schedule:
     Args:
         epochs: epoch numbers, ascending.
         steps: steps in each of those epochs.
-        rows_per_split_step: ``b = G / S``.
 
     Example:
-        >>> s = Schedule(epochs=(0, 1), steps=(3, 2), rows_per_split_step=2)
+        >>> s = Schedule(epochs=(0, 1), steps=(3, 2))
         >>> s.total, s.index(1, 0), s.position(4), s.position(5)
         (5, 3, (1, 1), (2, 0))
     """
 
     epochs: tuple[int, ...]
     steps: tuple[int, ...]
-    rows_per_split_step: int
 
     @classmethod
-    def build(cls, split_rows: dict[int, np.ndarray], epochs: tuple[int, ...], b: int) -> "Schedule":
-        """Steps per epoch from the row counts of every split (all ranks'), ``b`` rows a step."""
-        return cls(epochs=epochs, steps=tuple(int(split_rows[e].min()) // b for e in epochs), rows_per_split_step=b)
+    def build(cls, split_rows: dict[int, np.ndarray], epochs: tuple[int, ...], share: Share) -> "Schedule":
+        """Steps per epoch from the row counts of every split (all ranks') and the global batch."""
+        return cls(epochs=epochs, steps=tuple(share.steps_per_epoch(int(split_rows[e].min())) for e in epochs))
 
     @property
     def total(self) -> int:

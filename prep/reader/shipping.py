@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from prep.reader.batch import ORIGIN_FIELDS, Batch
-from prep.reader.prefetch import ReaderError
+from prep.reader.stage import ReaderError
 
 __all__ = ["Receiver", "Shipment", "WorkerShipments", "in_step_order", "SHIPMENT_BYTES", "SLOTS"]
 

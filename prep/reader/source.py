@@ -1,9 +1,9 @@
 """The I/O stage: large sequential reads of one rank's splits, as NumPy arrays.
 
-One read covers several steps of every split the rank owns (``b`` rows of each
-split per step): a range ``[t0*b, t1*b)`` read with Lance's offset/limit (a seek,
-whatever the position), or a ``take`` of a worker's strided steps; splits are opened
-and read a few at a time. The read's splits become one :class:`~prep.reader.collate.Chunk`
+One read covers several steps of every split the rank reads (each step takes a run of
+rows of each, :class:`prep.runtime.world.Share`): steps ``[t0, t1)`` of a split are one
+range, read with Lance's offset/limit (a seek, whatever the position), or a ``take`` of a
+worker's strided steps; splits are opened and read a few at a time. The read's splits become one :class:`~prep.reader.collate.Chunk`
 (one set of columns), so batch building never loops over splits. Arrow buffers are
 handed on without copies where the layout allows (see :func:`columns_to_numpy`).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,14 +21,14 @@ import pyarrow as pa
 from prep.io import storage
 from prep.errors import PrepError
 from prep.reader import buffers, forksafe
-from prep.reader.collate import Chunk
+from prep.reader.collate import Chunk, ranges
 from prep.reader.schedule import Schedule
+from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout
+from prep.runtime.world import Share
 
-__all__ = ["Ragged", "RawChunk", "SplitTable", "ChunkSource", "columns_to_numpy", "EPOCH_KEY", "STEP_KEY"]
+__all__ = ["Ragged", "RawChunk", "SplitTable", "ChunkSource", "columns_to_numpy"]
 
 READ_THREADS = 4  # split opens and reads in flight at once
-EPOCH_KEY = "epoch"
-STEP_KEY = "step"
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,9 @@ class SplitTable:
         return cls(uri, ds, columns)
 
     @staticmethod
-    def read_splits(tables: list["SplitTable"], rows: np.ndarray, pool: ThreadPoolExecutor) -> tuple[pa.Table, None]:
-        """The same rows of every split, split after split (one read per split, on ``pool``'s threads)."""
-        parts = list(pool.map(lambda t: t.read(rows), tables))
+    def read_splits(tables: list["SplitTable"], rows: list[np.ndarray], pool: ThreadPoolExecutor) -> tuple[pa.Table, None]:
+        """``rows[i]`` of ``tables[i]``, split after split (one read per split, on ``pool``'s threads)."""
+        parts = list(pool.map(lambda table, split_rows: table.read(split_rows), tables, rows))
         return (parts[0] if len(parts) == 1 else pa.concat_tables(parts)), None
 
     def read(self, rows: np.ndarray) -> pa.Table:
@@ -130,17 +130,9 @@ class SplitTable:
         return table
 
 
-class Layout(Protocol):
-    """What the source needs from a materialized output or an on-the-fly plan."""
-
-    def open_split(self, epoch: int, split: int, columns: list[str]) -> Any:
-        """A split object whose type has ``read_splits(tables, rows, pool) -> (table, order)``."""
-        ...
-
-
 @dataclass
 class RawChunk:
-    """One read: ``steps`` of ``epoch``; ``rows`` holds every split's ``len(steps) * b`` rows."""
+    """One read: ``steps`` of ``epoch``; ``rows`` holds the rank's rows of those steps, all splits in one."""
 
     epoch: int
     steps: np.ndarray
@@ -158,16 +150,16 @@ class ChunkSource:
     Args:
         layout: the materialized output (or on-the-fly plan) to read.
         schedule: the steps being read.
-        splits: the rank's splits.
+        share: the rank's rows of each step.
         columns: the columns to read.
         worker: this DataLoader worker's index (0 without workers).
         num_workers: DataLoader workers sharing the rank's steps (1 without workers).
         max_steps: steps in one read once reads have ramped up.
     """
 
-    def __init__(self, *, layout: Layout, schedule: Schedule, splits: range, columns: list[str],
+    def __init__(self, *, layout: Layout, schedule: Schedule, share: Share, columns: list[str],
                  worker: int = 0, num_workers: int = 1, max_steps: int = 64) -> None:
-        self._layout, self._schedule, self._splits, self._columns = layout, schedule, splits, columns
+        self._layout, self._schedule, self._share, self._columns = layout, schedule, share, columns
         self._worker, self._num_workers, self._max_steps = worker, num_workers, max_steps
         self._tables: dict[int, Any] = {}
         self._tables_epoch: int | None = None
@@ -185,15 +177,17 @@ class ChunkSource:
         """Reads the next chunk. Raises StopIteration after the last one."""
         epoch, steps = next(self._chunks)
         started = time.perf_counter()
-        b = self._schedule.rows_per_split_step
-        rows = (steps[:, None] * b + np.arange(b)).ravel()
+        starts, counts = self._share.rows(steps)
+        splits = np.flatnonzero(counts.sum(axis=0))
+        rows = [ranges(starts[:, s], counts[:, s]) for s in splits]
         if self._pool is None:  # opens and reads of many splits overlap (Lance releases the GIL)
             self._pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="reader-read")
-        tables = self._open(epoch)
+        tables = self._open(epoch, [int(s) for s in splits])
         table, order = type(tables[0]).read_splits(tables, rows, self._pool)
-        merged = Chunk(columns_to_numpy(table), len(tables), len(rows), order)
+        merged = Chunk.of(columns_to_numpy(table), counts[:, splits], order)
+        num_rows = int(counts.sum())
         self._position = self._schedule.position(self._schedule.index(epoch, int(steps[-1])) + 1)
-        chunk = RawChunk(epoch, steps, merged, len(rows) * len(tables), table.nbytes, time.perf_counter() - started)
+        chunk = RawChunk(epoch, steps, merged, num_rows, table.nbytes, time.perf_counter() - started)
         self.fetch_s += chunk.fetch_s
         self.bytes_read += chunk.nbytes
         self.rows_read += chunk.num_rows
@@ -208,15 +202,15 @@ class ChunkSource:
             self._pool = None
         self._tables.clear()
 
-    def _open(self, epoch: int) -> list[Any]:
-        """The rank's splits of ``epoch``, opened once (on the pool: the first batch waits on all of them)."""
+    def _open(self, epoch: int, splits: list[int]) -> list[Any]:
+        """``splits`` of ``epoch``, each opened once (on the pool: the first batch waits on all of them)."""
         if self._tables_epoch != epoch:
             self._tables.clear()
             self._tables_epoch = epoch
-        missing = [s for s in self._splits if s not in self._tables]
+        missing = [s for s in splits if s not in self._tables]
         opened = self._pool.map(lambda split: self._layout.open_split(epoch, split, self._columns), missing)
         self._tables.update(zip(missing, opened))
-        return [self._tables[s] for s in self._splits]
+        return [self._tables[s] for s in splits]
 
 
 def _first_line(exc: BaseException) -> str:

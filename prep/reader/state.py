@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from prep.errors import PrepError
-from prep.reader.source import EPOCH_KEY, STEP_KEY
+from prep.reader.stage import EPOCH_KEY, STEP_KEY
 
 __all__ = ["STATE_FORMAT", "FORMAT_KEY", "FINGERPRINT_KEY", "SOURCE_VERSION_KEY", "NUM_SPLITS_KEY",
            "GLOBAL_BATCH_KEY", "WORLD_SIZE_KEY", "EPOCH_KEY", "STEP_KEY", "make", "check"]

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from prep.errors import PrepError
 from prep.reader.batch import Batch
-from prep.reader.prefetch import ReaderError
+from prep.reader.stage import ReaderError
 
 __all__ = ["Transformer"]
 

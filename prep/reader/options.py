@@ -1,0 +1,60 @@
+"""How the reader builds and delivers batches: one typed, frozen set of knobs.
+
+:class:`~prep.reader.dataset.ReaderDataset` keeps its keywords for users and builds
+these options once; the pipeline and the collate spec take them from here, so a knob
+is named and defaulted in one place (the dataset's keywords default to these fields).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+
+from prep.reader.batch import Batch
+from prep.contracts.table import TableMetadata
+from prep.reader.spec import CollateSpec, spec_from_metadata
+
+__all__ = ["ReaderOptions"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReaderOptions:
+    """The reader's knobs (what is read, by which rank, is the dataset's business).
+
+    Args:
+        transform: ``fn(batch) -> dict of tensors``, run on ``transform_threads`` threads.
+        transform_threads: threads for ``transform``.
+        pad_id: padding token (None: the table's tokenizer pad id, else its eos id).
+        token_dtype: dtype of ``input_ids``/``position_ids``.
+        pad_to_multiple_of: round padded lengths up to a multiple.
+        image_layout: ``NCHW`` or ``NHWC``.
+        return_loss_mask: also return ``loss_mask``.
+        pin_memory: build batches in pinned host memory (ignored without CUDA).
+        batch_threads: threads building batches.
+        read_bytes: about how many bytes one read covers, all the rank's splits together.
+        raw_chunks: reads queued ahead of batching.
+        prefetch_batches: batches built ahead of the consumer, at least.
+        fetch_threads: splits the cache's fetch stage copies at once.
+    """
+
+    transform: Callable[[Batch], dict] | None = None
+    transform_threads: int = 2
+    pad_id: int | None = None
+    token_dtype: torch.dtype = torch.int64
+    pad_to_multiple_of: int = 1
+    image_layout: Literal["NCHW", "NHWC"] = "NCHW"
+    return_loss_mask: bool = False
+    pin_memory: bool = False
+    batch_threads: int = 2
+    read_bytes: int = 64 << 20
+    raw_chunks: int = 2
+    prefetch_batches: int = 4
+    fetch_threads: int = 8
+
+    def collate_spec(self, metadata: TableMetadata, *, sources: int = 0) -> CollateSpec:
+        """The collate spec for a table with this ``prep`` metadata."""
+        return spec_from_metadata(metadata, pad_id=self.pad_id, token_dtype=self.token_dtype,
+                                  pad_to_multiple_of=self.pad_to_multiple_of, image_layout=self.image_layout,
+                                  return_loss_mask=self.return_loss_mask, sources=sources)

@@ -1,0 +1,82 @@
+"""The reader's contracts: what every stage does, what a layout gives, the state keys, the error.
+
+A *stage* (:class:`Stage`) turns the items of the stage before it into its own and
+can say, at any moment, what its consumer has taken (``get_state``); resetting a new
+stage to that state continues exactly (``tests/common/roundtrip.py`` checks every
+stage). A *layout* (:class:`Layout`) is what is read: a materialized output
+(:class:`prep.reader.manifest.Materialized`) or a prepared table through an on-the-fly
+plan (:class:`prep.reader.planned.Planned`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from prep.contracts.manifest import Manifest
+from prep.contracts.table import TableMetadata
+from prep.errors import PrepError
+
+__all__ = ["EPOCH_KEY", "STEP_KEY", "Layout", "ReaderError", "SplitReader", "Stage"]
+
+EPOCH_KEY = "epoch"  # a stage state is {EPOCH_KEY: e, STEP_KEY: t}: the next global step to deliver
+STEP_KEY = "step"
+
+
+class ReaderError(PrepError):
+    """A failure inside one of the reader's threads, re-raised where the batches are consumed."""
+
+
+class Stage(Protocol):
+    """The contract every reader stage follows (see ../shared/STYLE.md, "Stages with a contract")."""
+
+    def reset(self, initial_state: dict[str, Any] | None) -> None: ...
+    def next(self) -> Any: ...
+    def get_state(self) -> dict[str, Any]: ...
+    def shutdown(self) -> None: ...
+
+
+class SplitReader(Protocol):
+    """One (epoch, split) of a layout, opened: its class reads several of them at once."""
+
+    @staticmethod
+    def read_splits(splits: list[Any], rows: list[np.ndarray], pool: Any) -> tuple[Any, np.ndarray | None]:
+        """Read-order ``rows[i]`` of ``splits[i]``, as one Arrow table and an ``order`` (where the
+        splits' rows, one split after the other, are in it; None: in that order; see
+        :class:`prep.reader.collate.Chunk`)."""
+        ...
+
+
+class Layout(Protocol):
+    """What the reader needs from the data it reads (one implementation per mode).
+
+    Attributes:
+        uri: where the data is (in error messages and the cache's source).
+        fingerprint: ties a reader state to the data and the plan.
+        source_version: the prepared table's version.
+        num_splits: splits per epoch.
+        epochs: the epochs there are, ascending.
+        split_rows: ``{epoch: int64 array of rows per split}``.
+        columns: the columns there are.
+        metadata: the prepared table's ``prep`` metadata.
+        manifest: the materialized output's manifest (the cache needs it), None for an on-the-fly plan.
+        mixture_batch: a mixture's global batch (readers' global batches are multiples of it), else None.
+        mixture_tables: a mixture's tables in ``source`` column order, else None.
+    """
+
+    uri: str
+    fingerprint: str
+    source_version: int | None
+    num_splits: int
+    epochs: tuple[int, ...]
+    split_rows: dict[int, np.ndarray]
+    columns: tuple[str, ...]
+    metadata: TableMetadata
+    manifest: Manifest | None
+    mixture_batch: int | None
+    mixture_tables: tuple[str, ...] | None
+
+    def open_split(self, epoch: int, split: int, columns: list[str]) -> SplitReader:
+        """One (epoch, split), opened in the calling process."""
+        ...
