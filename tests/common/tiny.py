@@ -12,7 +12,7 @@ import os
 import lance
 
 from prep.contracts.manifest import Manifest
-from prep.io.lance_tables import prep_metadata
+from prep.contracts.table import read_table_metadata
 
 import reader_fixtures as rf
 import tables
@@ -29,6 +29,6 @@ def tiny_materialized(out: str, prepared: str, *, num_splits: int, epochs: int, 
                       strategy: str = "random") -> Manifest:
     """``prepared`` materialized under ``out`` with the plan ``{num_splits, strategy, seed}``."""
     ds = lance.dataset(prepared)
-    return rf.write_materialized(out, ds.to_table(), prep_metadata(ds), num_splits=num_splits, epochs=epochs,
+    return rf.write_materialized(out, ds.to_table(), read_table_metadata(ds, prepared).to_json(), num_splits=num_splits, epochs=epochs,
                                  strategy=strategy, seed=seed, source_uri=os.path.abspath(prepared),
                                  source_version=ds.version)
