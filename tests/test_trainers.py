@@ -138,3 +138,16 @@ def test_stateful_dataloader_state_dict_resumes_exactly(out, num_workers, stop):
     again = stateful_loader(ReaderDataset(path, global_batch_size=G), num_workers=num_workers)
     again.load_state_dict(state)
     assert_sequence(first + [(b.epoch, b.step, b.ids.copy()) for b in again], reference, f"{num_workers} workers")
+
+
+@pytest.mark.parametrize("key", ["num_splits", "global_batch_size"])
+def test_a_checkpointed_state_with_a_number_as_a_string_names_the_type(out, key):
+    """A state re-serialised by a config tool (``"16"`` for 16) said "num_splits=16, this reader has num_splits=16"."""
+    from prep.errors import PrepError
+
+    path, _ = out
+    loader = Loader(ReaderDataset(path, global_batch_size=G))
+    state = loader.state_dict()
+    state[key] = str(state[key])
+    with pytest.raises(PrepError, match=rf"reader state {key}='{state[key]}' is a str, not an integer"):
+        loader.load_state_dict(state)
