@@ -190,7 +190,9 @@ def test_trainers_killed_by_sigkill_leave_no_worker_forkserver_tracker_or_shared
         assert not left, f"still alive after the trainers were killed: {left}"
         assert not [p for p in shm if os.path.exists(p)], "left in /dev/shm"
         for how, trainer in trainers.items():
-            assert "exits: the process that started it" in trainer.stderr.read(), how
+            err = trainer.stderr.read()
+            assert "exits: the process that started it" in err, f"{how}: {err[-3000:]}"
+            assert "lance is not fork-safe" not in err, f"{how}: the forkserver's forks are the safe kind: {err[-3000:]}"
     finally:
         for trainer in trainers.values():
             with contextlib.suppress(ProcessLookupError):

@@ -50,9 +50,9 @@ def require_steps(dataset: ReaderDataset) -> None:
 
 
 def worker_context() -> Any:
-    """``forkserver`` (Lance is not fork-safe) with torch and prep.reader preloaded: workers start in ~0.1 s."""
+    """``forkserver`` (Lance is not fork-safe) with torch and prep.reader preloaded (:mod:`prep.reader.preload`)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "prep.reader"])
+    ctx.set_forkserver_preload(["prep.reader.preload"])
     return ctx
 
 
@@ -95,6 +95,16 @@ class Loader:
         """Batches one ``iter()`` yields from the start of an epoch (or of all epochs) on this rank."""
         steps = self.dataset.schedule.steps
         return max(steps) if self.epoch_per_iter else sum(steps)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(epoch, step)`` of the next batch: after ``load_state_dict``, where the checkpointed run stopped."""
+        return self._position
+
+    @property
+    def steps_done(self) -> int:
+        """Steps yielded since the start of the first epoch read (a step count a resumed loop continues from)."""
+        return self.dataset.schedule.index(*self._position)
 
     def state_dict(self) -> dict[str, Any]:
         """What this loader has yielded: loading it resumes at the next step."""
