@@ -39,7 +39,7 @@ def test_trainer_page_runs_as_written_with_workers(page, tmp_path):
     path, _ = rf.cached_output("sft4x2")  # 4 splits, 2 epochs: G=4 -> 3 steps an epoch
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "gsm8k-epochs").symlink_to(path)
-    script = tmp_path / page.replace(".md", ".py")
+    script = tmp_path / f"train_{page.replace('.md', '.py')}"  # not accelerate.py: it would shadow the package
     script.write_text(page_program(page))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": ""}
