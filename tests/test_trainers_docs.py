@@ -44,7 +44,7 @@ def test_trainer_page_runs_as_written_with_workers(page, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, *PAGES[page], str(script)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     for warning in ("not resumable", "not fork-safe", "Traceback"):
         assert warning not in proc.stderr, proc.stderr[-4000:]
