@@ -5,8 +5,8 @@
 it, so ``accelerator.save_state`` saves the reader state and ``load_state`` restores it.
 Run it with ``accelerate launch`` or ``torchrun`` for several processes.
 
-    python examples/train_accelerate.py --data out/gsm8k-epochs --steps 20 --ckpt-dir out/acc
-    python examples/train_accelerate.py --data out/gsm8k-epochs --steps 40 --ckpt-dir out/acc --resume
+    python examples/train_accelerate.py --data out/gsm8k-epochs --ckpt-dir out/acc --kill-after-step 20
+    python examples/train_accelerate.py --data out/gsm8k-epochs --ckpt-dir out/acc --resume
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="a materialized output (prep materialize-shuffle)")
     p.add_argument("--global-batch-size", type=int, default=8)
-    p.add_argument("--steps", type=int, default=20, help="train until this global step")
+    p.add_argument("--epochs", type=int, help="train this many epochs (default: all the data has)")
+    p.add_argument("--steps", type=int, help="stop after this global step (default: at the end of the epochs)")
     p.add_argument("--ckpt-dir", default="out/accelerate")
     p.add_argument("--save-steps", type=int, default=10)
     p.add_argument("--num-workers", type=int, default=0)
@@ -43,14 +44,14 @@ def main() -> None:
     loader = reader_loader(accelerator, dataset, num_workers=args.num_workers)
     model = build_model(vocab_size(dataset), seed=0, hidden_size=args.hidden_size)
     model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=3e-4))
-    step = 0
-    if args.resume:
-        step = max(int(name.removeprefix("step-")) for name in os.listdir(args.ckpt_dir))
-        accelerator.load_state(os.path.join(args.ckpt_dir, f"step-{step}"))  # model, optimizer, RNG and reader
+    if args.resume:  # model, optimizer, RNG and reader; the reader's position gives the step count and the epoch
+        last = max(int(name.removeprefix("step-")) for name in os.listdir(args.ckpt_dir))
+        accelerator.load_state(os.path.join(args.ckpt_dir, f"step-{last}"))
+    step = loader.steps_done  # 0 on a fresh start
     model.train()
-    while step < args.steps:
-        for batch in loader:
-            record_batch(args.log_batches, batch, accelerator.process_index)
+    for epoch in range(loader.position[0], args.epochs or len(dataset.steps_per_epoch)):
+        for batch in loader:  # one epoch per pass (the rest of it after a resume)
+            record_batch(args.log_batches, batch, accelerator.process_index, epoch)
             accelerator.backward(model(**{k: v for k, v in batch.items() if k in MODEL_INPUTS}).loss)
             optimizer.step()
             optimizer.zero_grad()
@@ -59,7 +60,7 @@ def main() -> None:
                 accelerator.save_state(os.path.join(args.ckpt_dir, f"step-{step}"))
             kill_if(step, args.kill_after_step)
             if step == args.steps:
-                break
+                return
 
 
 if __name__ == "__main__":

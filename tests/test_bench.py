@@ -122,6 +122,17 @@ def test_bench_on_a_path_that_is_not_materialized_is_one_line(tmp_path, capsys):
     assert len(err) == 1 and "not a materialized output" in err[0]
 
 
+def test_bench_with_no_full_global_step_says_so_instead_of_a_verdict(out, capsys):
+    """4,096 splits over 2,000 rows: no step can be built, and 0 rows/s is not "nothing to tune"."""
+    table = str(Path(out).parent / "t.lance")
+    assert main(["bench", table, "--global-batch-size", "4096", "--splits", "4096", "--seconds", "0.3"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert "nothing to tune" not in captured.out and len(err) == 1 and "Traceback" not in err[0], captured
+    assert err[0].startswith("prep bench: error: ") and "no full global step" in err[0], err[0]
+    assert "--splits" in err[0], err[0]
+
+
 def test_docs_tuning_gives_every_stage_its_knob_as_the_verdict_words_it():
     text = (Path(__file__).resolve().parent.parent / "docs" / "tuning.md").read_text()
     for stage, knob in KNOBS.items():

@@ -25,3 +25,15 @@ def test_prep_read_on_a_wrong_path_is_one_line_error(tmp_path, capsys):
     assert main(["read", str(tmp_path), "--global-batch-size", "96"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("prep read: error: ") and "not a materialized output" in err
+
+
+def test_prep_read_with_no_full_global_step_is_a_one_line_error_naming_why_and_the_fix(tmp_path, capsys):
+    """8 splits over 5 rows (as 512 over 300): a step takes a row from every split and 3 splits are empty."""
+    out = str(tmp_path / "out")
+    rf.sft_output(out, num_rows=5, num_splits=8, epochs=1)
+    assert main(["read", out, "--global-batch-size", "8"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1 and "Traceback" not in err[0], captured
+    assert err[0].startswith("prep read: error: ") and "epoch 0 has no full global step" in err[0], err[0]
+    assert "smallest split holds 0 rows" in err[0] and "fewer splits" in err[0], err[0]

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +22,7 @@ from prep.reader.shipping import Receiver, WorkerShipments, in_step_order
 
 pytestmark = pytest.mark.skipif(not rf.GSM8K.exists(), reason=f"real data not found at {rf.SHARED_DATA}")
 G = 96
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +103,97 @@ def test_batches_held_through_loader_with_two_workers_equal_an_in_process_read(o
     for got, ref in zip(held, want):
         np.testing.assert_array_equal(got.ids, ref.ids)
         assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in ref), (got.epoch, got.step)
+
+
+TRAINER = r"""
+import sys, time
+from prep.reader import Loader, ReaderDataset
+
+if __name__ == "__main__":
+    path, how = sys.argv[1], sys.argv[2]
+    ds = ReaderDataset(path, global_batch_size=48)
+    if how == "loader":
+        loader = Loader(ds, num_workers=2, prefetch_factor=1)
+    else:
+        from prep.integrations.torchdata import stateful_loader
+        loader = stateful_loader(ds, num_workers=2, prefetch_factor=1)
+    it = iter(loader)
+    next(it)
+    print("training", flush=True)  # the workers have built ahead and wait for the consumer
+    time.sleep(600)
+"""
+
+
+def _run_processes(pgid: int) -> dict[int, str]:
+    """``{pid: command line}`` of the live (not zombie) processes in process group ``pgid``."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found[int(entry)] = cmdline
+    return found
+
+
+def _shm_in_use(pids) -> set[str]:
+    """Files of /dev/shm that ``pids`` have mapped (named semaphores, shared memory), not yet unlinked."""
+    paths = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    path = line.split(maxsplit=5)[-1].strip() if len(line.split()) >= 6 else ""
+                    if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
+                        paths.add(path)
+        except OSError:
+            continue
+    return paths
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process table from /proc")
+def test_trainers_killed_by_sigkill_leave_no_worker_forkserver_tracker_or_shared_memory(out48):
+    """Issue 21 #17: the workers, the forkserver and the resource tracker were still alive 75 s after the kill.
+
+    Two trainers at once, each in its own process group: one through Loader (workers ship batches in shared
+    buffers), one through torchdata's StatefulDataLoader (workers run the dataset as it is).
+    """
+    path, _, _ = out48
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    trainers = {how: subprocess.Popen([sys.executable, "-c", TRAINER, path, how], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                for how in ("loader", "stateful_loader")}
+    try:
+        shm = set()
+        for how, trainer in trainers.items():
+            line = trainer.stdout.readline()
+            assert line.strip() == "training", f"{how}: {trainer.stderr.read()[-3000:]}"
+            before = _run_processes(trainer.pid)
+            assert len(before) >= 5, before  # the trainer, the forkserver, the resource tracker, two workers
+            mapped = _shm_in_use(before)
+            assert any(p.startswith("/dev/shm/sem.") for p in mapped), mapped
+            shm |= mapped
+        for trainer in trainers.values():
+            trainer.kill()
+            trainer.wait()
+        deadline, left = time.monotonic() + 60, {0: "not looked yet"}
+        while left and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = {pid: cmd for trainer in trainers.values() for pid, cmd in _run_processes(trainer.pid).items()}
+        assert not left, f"still alive after the trainers were killed: {left}"
+        assert not [p for p in shm if os.path.exists(p)], "left in /dev/shm"
+        for how, trainer in trainers.items():
+            err = trainer.stderr.read()
+            assert "exits: the process that started it" in err, f"{how}: {err[-3000:]}"
+            assert "lance is not fork-safe" not in err, f"{how}: the forkserver's forks are the safe kind: {err[-3000:]}"
+    finally:
+        for trainer in trainers.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(trainer.pid, signal.SIGKILL)

@@ -138,3 +138,67 @@ def test_stateful_dataloader_state_dict_resumes_exactly(out, num_workers, stop):
     again = stateful_loader(ReaderDataset(path, global_batch_size=G), num_workers=num_workers)
     again.load_state_dict(state)
     assert_sequence(first + [(b.epoch, b.step, b.ids.copy()) for b in again], reference, f"{num_workers} workers")
+
+
+@pytest.mark.parametrize("key", ["num_splits", "global_batch_size"])
+def test_a_checkpointed_state_with_a_number_as_a_string_names_the_type(out, key):
+    """A state re-serialised by a config tool (``"16"`` for 16) said "num_splits=16, this reader has num_splits=16"."""
+    from prep.errors import PrepError
+
+    path, _ = out
+    loader = Loader(ReaderDataset(path, global_batch_size=G))
+    state = loader.state_dict()
+    state[key] = str(state[key])
+    with pytest.raises(PrepError, match=rf"reader state {key}='{state[key]}' is a str, not an integer"):
+        loader.load_state_dict(state)
+
+
+def test_accelerate_epoch_loop_trains_each_reader_epoch_once_and_resume_restores_the_step_count(out):
+    """``for epoch in range(2): for batch in loader`` used to get every epoch in the first pass: four epochs."""
+    from accelerate import Accelerator
+
+    from prep.integrations.accelerate import reader_loader
+
+    path, reference = out
+    accelerator = Accelerator(cpu=True)
+    loader = reader_loader(accelerator, ReaderDataset(path, global_batch_size=G))
+    assert len(loader) == 3 and (loader.position, loader.steps_done) == ((0, 0), 0)
+    passes = [[(b.epoch, b.step, b.ids.copy()) for b in loader] for _ in range(2)]
+    assert [[e for e, _, _ in p] for p in passes] == [[0, 0, 0], [1, 1, 1]]
+    assert_sequence(passes[0] + passes[1], reference)
+    stopped = Loader(ReaderDataset(path, global_batch_size=G))
+    consumed = [b for _, b in zip(range(4), stopped)]
+    resumed = reader_loader(accelerator, ReaderDataset(path, global_batch_size=G))
+    resumed.load_state_dict(stopped.state_dict())  # what accelerator.load_state does with the saved state
+    assert (resumed.position, resumed.steps_done) == ((1, 1), len(consumed))
+    rest = [[(b.epoch, b.step, b.ids.copy()) for b in resumed] for _ in range(resumed.position[0], 2)]
+    assert rest == [rest[0]] and [(e, t) for e, t, _ in rest[0]] == [(1, 1), (1, 2)]
+
+
+def test_lightning_counts_the_loader_as_resumable_and_its_state_is_the_trained_batch(out):
+    """Lightning warned "your dataloader is not resumable" at every mid-epoch resume: it checks the loader for
+    ``state_dict``/``load_state_dict`` (its ``_Stateful`` protocol). The state must be the trained batch's, not
+    the one its fetcher prefetched."""
+    from types import SimpleNamespace
+
+    from lightning.fabric.utilities.types import _Stateful
+
+    from prep.integrations.lightning import ReaderDataModule
+
+    path, reference = out
+    dm = ReaderDataModule(path, global_batch_size=G)
+    dm.trainer = SimpleNamespace(global_rank=0, world_size=1, training=True)
+    dm.setup("fit")
+    batches = dm.train_dataloader()
+    assert isinstance(batches, _Stateful) and len(batches) == 3
+    it = iter(batches)
+    trained = dm.on_before_batch_transfer(next(it), 0)  # Lightning hands the first batch to training_step...
+    next(it)  # ...having fetched the second already
+    state = batches.state_dict()
+    assert state == dm.state_dict() == {"reader": trained.state}
+    again = ReaderDataModule(path, global_batch_size=G)
+    again.trainer = dm.trainer
+    again.setup("fit")
+    again.train_dataloader().load_state_dict(state)  # what Lightning's fit loop does on resume
+    rest = [(b.epoch, b.step, b.ids.copy()) for b in again.train_dataloader()]
+    assert_sequence([(trained.epoch, trained.step, trained.ids.copy())] + rest, reference[:3])

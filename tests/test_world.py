@@ -39,12 +39,14 @@ def resolve(*args: str, **env: str) -> subprocess.CompletedProcess:
     (("2", "4"), {}, "2 4"),
     ((), {"RANK": "1", "WORLD_SIZE": "2"}, "1 2"),
     ((), {"WORLD_SIZE": "1"}, "0 1"),
+    ((), {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}, "0 1"),  # one process on one node: nothing to guess
+    ((), {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "3 4"),
     ((), {"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}, "3 4"),
     ((), {"RANK": "0", "WORLD_SIZE": "2", "SLURM_PROCID": "3", "SLURM_NTASKS": "4"}, "0 2"),  # RANK first
     (("None", "2"), {"RANK": "1", "WORLD_SIZE": "2"}, "1 2"),
     (("1", "None"), {"WORLD_SIZE": "2"}, "1 2"),
     (("1", "2"), {"RANK": "abc", "WORLD_SIZE": "8"}, "1 2"),  # arguments win: the environment is not read
-], ids=["nothing", "arguments", "env", "world-of-one", "slurm", "env-before-slurm", "world-size-agrees",
+], ids=["nothing", "arguments", "env", "world-of-one", "local-world-of-one", "env-with-local", "slurm", "env-before-slurm", "world-size-agrees",
         "rank-argument-env-world", "arguments-ignore-env"])
 def test_rank_comes_from_the_first_source_that_has_it(args, env, want):
     out = resolve(*args, **env)
@@ -62,8 +64,13 @@ def test_rank_comes_from_the_first_source_that_has_it(args, env, want):
     (("3", "None"), {"RANK": "1", "WORLD_SIZE": "2"}, r"rank 3 must be in \[0, 2\) \(rank from argument, world size from RANK/WORLD_SIZE\)"),
     (("None", "4"), {"RANK": "1", "WORLD_SIZE": "2"}, r"world_size=4 \(argument\) comes without a rank, and RANK/WORLD_SIZE gives rank 1 of 2"),
     (("None", "2"), {}, r"world_size=2 \(argument\) comes without a rank"),
+    ((), {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 are set but RANK and WORLD_SIZE are not"),
+    ((), {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 are set but RANK and WORLD_SIZE are not"),
+    ((), {"LOCAL_RANK": "1"}, "LOCAL_RANK=1 is set but RANK and WORLD_SIZE are not"),
+    (("1", "None"), {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 are set but RANK"),
 ], ids=["world-size-alone", "local-rank-is-not-a-rank", "slurm-ntasks-alone", "rank-abc", "slurm-ntasks-four",
-        "rank-out-of-range", "argument-rank-vs-env", "argument-world-vs-env", "argument-world-alone"])
+        "rank-out-of-range", "argument-rank-vs-env", "argument-world-vs-env", "argument-world-alone",
+        "local-world-alone", "local-rank-0-of-2", "local-rank-alone", "argument-rank-local-world"])
 def test_a_world_without_a_usable_rank_is_a_one_line_error(args, env, message):
     out = resolve(*args, **env)
     assert out.returncode == 2, out.stdout + out.stderr

@@ -35,10 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from prep.runtime.progress import Bar
     from prep.reader import ReaderDataset
+    from prep.reader.loader import require_steps
 
     ds = ReaderDataset(args.path, global_batch_size=args.global_batch_size, rank=args.rank,
                        world_size=args.world_size, epochs=[args.epoch], cache_dir=args.cache_dir,
                        cache_max_bytes=args.cache_max_bytes)
+    require_steps(ds)
     steps = 0
     planned = ds.schedule.total if args.max_steps is None else min(ds.schedule.total, args.max_steps)
     bar = Bar(planned, "read steps", unit="step", show=not sys.stdout.isatty())  # else the printed steps show it

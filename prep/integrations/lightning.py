@@ -1,10 +1,11 @@
 """A ``LightningDataModule`` over prep.reader whose checkpointed state is the last *trained* batch's.
 
-Lightning fetches one batch ahead of the training step (and its fit loop saves the state
-of any loader that has a ``state_dict``): the loader's own state at checkpoint time describes
-a batch that was never trained on. :class:`ReaderDataModule` records ``batch.state`` when
-Lightning hands a batch to the training step (``on_before_batch_transfer``), saves that in
-checkpoints, and gives Lightning a loader without a ``state_dict`` of its own.
+Lightning fetches one batch ahead of the training step: the loader's own state at checkpoint
+time describes a batch that was never trained on. :class:`ReaderDataModule` records
+``batch.state`` when Lightning hands a batch to the training step (``on_before_batch_transfer``)
+and saves that, both as the data module's state and as the state of the loader Lightning sees:
+its fit loop counts a loader with ``state_dict``/``load_state_dict`` as resumable (and warns on
+every mid-epoch resume of one without), and saves and restores it, so it must be this one.
 
     dm = ReaderDataModule(out, global_batch_size=64)
     L.Trainer(max_epochs=3, ...).fit(model, datamodule=dm, ckpt_path="last")
@@ -22,16 +23,22 @@ __all__ = ["ReaderDataModule"]
 
 
 class _Batches:
-    """The loader as Lightning sees it: iterable with a length, no state of its own to save."""
+    """The loader as Lightning sees it: iterable with a length, whose state is the last *trained* batch's."""
 
-    def __init__(self, loader: Loader) -> None:
-        self._loader = loader
+    def __init__(self, module: "ReaderDataModule") -> None:
+        self._module = module
 
     def __iter__(self) -> Iterator[Batch]:
-        return iter(self._loader)
+        return iter(self._module.loader)
 
     def __len__(self) -> int:
-        return len(self._loader)
+        return len(self._module.loader)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._module.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._module.load_state_dict(state_dict)
 
 
 class ReaderDataModule(L.LightningDataModule):
@@ -60,7 +67,7 @@ class ReaderDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> _Batches:
         assert self.loader is not None, "setup() builds the loader"
-        return _Batches(self.loader)
+        return _Batches(self)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if isinstance(batch, Batch) and batch.state is not None and self.trainer and self.trainer.training:

@@ -25,7 +25,7 @@ from prep.io import storage
 from prep.cache.store import SplitCache
 from prep.errors import PrepError
 from prep.plan.spec import PlanSpec
-from prep.reader import forksafe
+from prep.reader import forksafe, lifeline
 from prep.reader import state as st
 from prep.reader.batch import Batch
 from prep.reader.cached import FetchStage
@@ -192,6 +192,8 @@ class ReaderDataset(IterableDataset):
             forksafe.keep(self._pipeline)
             self._pipeline, self._pid = None, os.getpid()
         info = get_worker_info()
+        if info is not None:  # a DataLoader worker ends when its trainer dies (issue 21 #17)
+            lifeline.watch()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         start = self._start()
         self._pending, self._position = None, start

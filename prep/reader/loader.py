@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import DataLoader
 
+from prep.errors import PrepError
 from prep.reader import state as st
 from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
@@ -24,13 +25,34 @@ from prep.reader.shipping import Receiver, WorkerShipments, in_step_order
 from prep.reader.spec import TEXT_KINDS
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
 
-__all__ = ["Loader", "worker_context"]
+__all__ = ["Loader", "require_steps", "worker_context"]
+
+
+def require_steps(dataset: ReaderDataset) -> None:
+    """Raises a one-line ``PrepError`` saying why and what to change when ``dataset`` has no full global step.
+
+    A step takes ``global_batch_size / num_splits`` rows from every split, so one split holding
+    fewer rows than that (512 splits over 300 rows leaves some empty) leaves an epoch with no step,
+    and a read of it would end at once without a word.
+    """
+    schedule, layout = dataset.schedule, dataset.layout
+    if schedule.total:
+        return
+    epoch = schedule.epochs[0]
+    rows, b = layout.split_rows[epoch], schedule.rows_per_split_step
+    smallest, splits = int(rows.min()), layout.num_splits
+    fix = f"a global batch size of at most {smallest * splits} (a multiple of {splits}), or " if smallest else ""
+    raise PrepError(
+        f"{layout.uri}: epoch {epoch} has no full global step: each step takes {b} row{'s' if b > 1 else ''} from "
+        f"every one of {splits} splits (global_batch_size={dataset.global_batch_size}) and the smallest split holds "
+        f"{smallest} rows ({int(rows.sum())} rows in all); use {fix}fewer splits (--splits when materializing or "
+        f"planning) so that every split holds at least one step's share")
 
 
 def worker_context() -> Any:
-    """``forkserver`` (Lance is not fork-safe) with torch and prep.reader preloaded: workers start in ~0.1 s."""
+    """``forkserver`` (Lance is not fork-safe) with torch and prep.reader preloaded (:mod:`prep.reader.preload`)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "prep.reader"])
+    ctx.set_forkserver_preload(["prep.reader.preload"])
     return ctx
 
 
@@ -59,6 +81,7 @@ class Loader:
 
     def __init__(self, dataset: ReaderDataset, *, num_workers: int = 0, device: torch.device | str | None = None,
                  prefetch_factor: int = 2, multiprocessing_context: Any = None, epoch_per_iter: bool = False) -> None:
+        require_steps(dataset)
         self.dataset, self.num_workers, self.device = dataset, num_workers, device
         self.epoch_per_iter = epoch_per_iter
         self._prefetch_factor = prefetch_factor
@@ -72,6 +95,16 @@ class Loader:
         """Batches one ``iter()`` yields from the start of an epoch (or of all epochs) on this rank."""
         steps = self.dataset.schedule.steps
         return max(steps) if self.epoch_per_iter else sum(steps)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(epoch, step)`` of the next batch: after ``load_state_dict``, where the checkpointed run stopped."""
+        return self._position
+
+    @property
+    def steps_done(self) -> int:
+        """Steps yielded since the start of the first epoch read (a step count a resumed loop continues from)."""
+        return self.dataset.schedule.index(*self._position)
 
     def state_dict(self) -> dict[str, Any]:
         """What this loader has yielded: loading it resumes at the next step."""

@@ -8,6 +8,7 @@ divides the splits continues the same global batch sequence.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from prep.errors import PrepError
@@ -62,6 +63,9 @@ def check(ds: Any, state: dict[str, Any]) -> tuple[int, int]:
             f"{state[SOURCE_VERSION_KEY]}), but {ds.layout.uri} has fingerprint {ours[FINGERPRINT_KEY]} (table version "
             f"{ours[SOURCE_VERSION_KEY]}): another table, table version or shuffle plan; resume on the data it came from")
     for key in (NUM_SPLITS_KEY, GLOBAL_BATCH_KEY):
+        if isinstance(state[key], bool) or not isinstance(state[key], numbers.Integral):
+            raise PrepError(f"reader state {key}={state[key]!r} is a {type(state[key]).__name__}, not an integer: "
+                            "the state was rewritten on its way back (load the dict state_dict() returned)")
         if state[key] != ours[key]:
             raise PrepError(f"reader state has {key}={state[key]}, this reader has {key}={ours[key]}: "
                             "the global batches would differ; resume with the same value")

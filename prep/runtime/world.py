@@ -35,9 +35,9 @@ def rank_and_world_size(rank: int | None = None, world_size: int | None = None) 
     Order: the arguments; an initialised ``torch.distributed`` process group;
     ``RANK``/``WORLD_SIZE``; ``SLURM_PROCID``/``SLURM_NTASKS``; else a single process.
     A value the arguments leave open comes from the first source, and must agree with it.
-    A world of several processes with no rank (``WORLD_SIZE=2`` alone, as a launcher
-    that sets only ``LOCAL_RANK`` leaves it) is an error: guessing rank 0 would make
-    every process read rank 0's rows.
+    A world of several processes with no rank (``WORLD_SIZE=2`` alone, or a launcher's
+    ``LOCAL_RANK=1``/``LOCAL_WORLD_SIZE=2`` without ``RANK``) is an error: guessing rank 0
+    of 1 would make every process read the whole global batch.
 
     Args:
         rank: this rank (default: from the sources above).
@@ -93,6 +93,13 @@ def _found_world(need_rank: bool = True) -> tuple[tuple[int, int], str]:
                             "(LOCAL_RANK numbers processes on one node only); set "
                             f"{rank_var}, initialise torch.distributed before building the reader, or pass rank=")
         return (rank or 0, 1 if world is None else world), f"{rank_var}/{world_var}"
+    local = {name: _env_int(name) for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    if (local["LOCAL_RANK"] or 0) > 0 or (local["LOCAL_WORLD_SIZE"] or 1) > 1:
+        shown = " ".join(f"{k}={v}" for k, v in local.items() if v is not None)
+        raise PrepError(f"{shown} {'are' if ' ' in shown else 'is'} set but RANK and WORLD_SIZE are not: this is one "
+                        "of several processes and its global rank is unknown (LOCAL_* number the processes of one "
+                        "node only); set RANK and WORLD_SIZE, initialise torch.distributed before building the "
+                        "reader, or pass rank= and world_size=")
     return (0, 1), _SINGLE
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from prep.io import storage
 from prep.errors import PrepError
 from prep.reader import ReaderDataset
+from prep.reader.loader import require_steps
 from prep.reader.stats import StatsSnapshot, Verdict, diagnose
 
 __all__ = ["Sample", "BenchResult", "run_bench", "format_result"]
@@ -78,11 +79,13 @@ def run_bench(path: str, *, global_batch_size: int, rank: int | None = None, wor
         reader: more :class:`~prep.reader.ReaderDataset` arguments (read_bytes, batch_threads, transform...).
 
     Raises:
-        PrepError: an argument that cannot work (negative time), or what the reader raises for the path.
+        PrepError: an argument that cannot work (negative time), data with no full global step, or what
+            the reader raises for the path.
     """
     if consumer_ms < 0 or seconds <= 0 or sample_every <= 0:
         raise PrepError(f"consumer_ms={consumer_ms} must be >= 0, seconds={seconds} and sample_every={sample_every} > 0")
     ds = ReaderDataset(path, global_batch_size=global_batch_size, rank=rank, world_size=world_size, **reader)
+    require_steps(ds)  # else 0 rows/s would read as a reader that keeps up
     samples: list[Sample] = []
     steps, passes, done, startup, next_sample = 0, 0, StatsSnapshot(), StatsSnapshot(), 0.0
     t0 = time.perf_counter()  # the real clock: a new pass's start-up counts against throughput, as an epoch's does
