@@ -25,6 +25,7 @@ __all__ = [
     "S3Options",
     "Resolved",
     "resolve",
+    "shown",
     "fs_path",
     "is_remote",
     "filesystem",
@@ -127,6 +128,20 @@ def resolve(uri: str, s3: S3Options | None = None, *, retries: bool = True) -> R
             raise PrepError(f"{uri}: {exc}") from None
         return Resolved(fs, fs_path(uri), _lance_client((s3 or S3Options()).retry))
     return Resolved(fsspec.filesystem("file"), fs_path(uri), None)
+
+
+def shown(uri: str) -> str:
+    """``uri`` as an error shows it: a relative local path also as the absolute path it resolved to,
+    since relative paths resolve from the current directory (not from a config file's folder).
+
+    >>> shown("s3://bucket/x.jsonl")
+    's3://bucket/x.jsonl'
+    >>> shown("/data/x.jsonl")
+    '/data/x.jsonl'
+    """
+    if is_remote(uri) or os.path.isabs(uri.removeprefix("file://")):
+        return uri
+    return f"{uri} (resolved from the current directory {os.getcwd()} to {fs_path(uri)})"
 
 
 def fs_path(uri: str) -> str:

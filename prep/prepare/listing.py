@@ -73,7 +73,7 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
         root, is_dir = path[: min(path.find(c) for c in _GLOB_CHARS if c in path)].rsplit("/", 1)[0], False
         found = fs.glob(path, detail=True)
     else:
-        raise PrepError(f"input not found: {given}")
+        raise PrepError(f"input not found: {storage.shown(given)}")
     files = [
         ListedFile(prefix + p, posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info))
         for p, info in sorted(found.items())
