@@ -119,7 +119,7 @@ def done_records(job: SplitOutput, epochs: range) -> dict[tuple[int, int], dict]
             if not name.endswith(".done.json"):
                 continue
             try:
-                rec = storage.read_json(("s3://" + name) if job.output.startswith("s3://") else name, job.s3)
+                rec = storage.read_json(storage.with_scheme(job.output, name), job.s3)
             except ValueError:  # a damaged record: the split is written again
                 continue
             if isinstance(rec, dict) and rec.get("fingerprint") == job.fingerprint:

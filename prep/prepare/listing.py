@@ -62,7 +62,6 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
             what was looked for, e.g. "jsonl/parquet files").
     """
     fs, path = storage.filesystem(given, s3)
-    prefix = "s3://" if given.startswith("s3://") else ""
     if fs.isdir(path):
         root, is_dir = path, True
         found = fs.find(path, detail=True)
@@ -75,7 +74,7 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
     else:
         raise PrepError(f"input not found: {storage.shown(given)}")
     files = [
-        ListedFile(prefix + p, posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info))
+        ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info))
         for p, info in sorted(found.items())
         if info.get("type", "file") == "file" and not _hidden(posixpath.relpath(p, root)) and accept(p)
     ]
