@@ -2,7 +2,7 @@
 # prep on a Ray cluster: one image for the head, the prepare workers and the trainers that read.
 #
 # Based on the official Ray image (Ray's expected layout: user `ray`, its Python on PATH, `ray start`),
-# at the Ray version prep pins. Two variants, chosen by build arguments:
+# at the Ray version constraints/dev.txt pins. Two variants, chosen by build arguments:
 #
 #   CPU (prepare workers, the head; torch without CUDA, about 2 GB smaller):
 #     docker build -t prep:cpu .
@@ -45,12 +45,13 @@ USER 1000:100
 RUN mkdir -p /home/ray/prep
 WORKDIR /home/ray/prep
 
-# torch first, from the variant's index, at the versions pyproject.toml pins; then prep's other
-# pinned dependencies (a cached layer: code changes below do not reinstall them).
+# torch first, from the variant's index, at the versions constraints/dev.txt pins (the set CI tests);
+# then prep's other dependencies from the same file (a cached layer: code changes below do not reinstall them).
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.14.1 torchvision==0.29.1
 COPY --chown=1000:100 pyproject.toml README.md ./
+COPY --chown=1000:100 constraints/dev.txt constraints/dev.txt
 COPY --chown=1000:100 prep/__init__.py prep/__init__.py
-RUN pip install --no-cache-dir -e .
+RUN pip install --no-cache-dir -c constraints/dev.txt -e .
 
 COPY --chown=1000:100 prep prep
 COPY --chown=1000:100 pipelines pipelines

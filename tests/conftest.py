@@ -1,5 +1,6 @@
 """Session fixtures for real components: a local Ray, a Ray head for `ray job submit`,
-an S3 endpoint (moto_server on 127.0.0.1), and the shared real data."""
+an S3 endpoint (moto_server on 127.0.0.1), an Azure Blob endpoint (Azurite on 127.0.0.1),
+and the shared real data."""
 
 from __future__ import annotations
 
@@ -153,4 +154,58 @@ def s3_bucket(s3_env) -> str:
 
     name = f"prep-test-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+# Azurite's well-known development account (public, in every Azure SDK's docs): not a secret.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+@pytest.fixture(scope="session")
+def azure_env(tmp_path_factory):
+    """An Azurite blob endpoint on 127.0.0.1 (npm's azurite; .ci/run installs it); exports what adlfs
+    (the connection string) and Lance (the account, and that it is the emulator) read, for every process."""
+    azurite = shutil.which("azurite-blob")
+    if azurite is None:
+        pytest.fail("azurite-blob is not installed: npm install -g azurite (.ci/run installs it)")
+    port = free_port()
+    proc = subprocess.Popen([azurite, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--silent", "--loose",
+                             "--skipApiVersionCheck", "--location", str(tmp_path_factory.mktemp("azurite"))],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        "AZURE_STORAGE_CONNECTION_STRING": f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+                                           f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint}/{AZURITE_ACCOUNT};",
+        "AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT,
+        "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+        "AZURE_STORAGE_USE_EMULATOR": "true",
+        "AZURITE_BLOB_STORAGE_URL": endpoint,
+    }
+    try:
+        _wait_for_port(port, 60)
+    except RuntimeError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def azure_container(azure_env) -> str:
+    """A fresh, empty blob container."""
+    import fsspec
+
+    name = f"prep-test-{uuid.uuid4().hex[:12]}"
+    fsspec.filesystem("az", skip_instance_cache=True).mkdir(name)
     return name

@@ -75,3 +75,17 @@ def test_where_and_how_a_job_runs_does_not_change_its_hash(tmp_path):
                     s3={"secret_access_key": "hunter2"}, max_task_retries=1)
     c = load_config(PretokenizeConfig, path, item_timeout_s=5)
     assert config_hash(a) == config_hash(b) != config_hash(c)
+
+
+def test_a_section_given_as_an_override_merges_into_the_files_section(tmp_path):
+    cfg = load_config(PretokenizeConfig, write(tmp_path, BASE + "ray:\n  num_cpus: 3\nsft:\n  layout: qa\n"),
+                      ray={"address": "auto"}, sft={"messages_column": "conv"})
+    assert (cfg.ray.num_cpus, cfg.ray.address) == (3, "auto")
+    assert (cfg.sft.layout, cfg.sft.messages_column) == ("qa", "conv")
+
+
+def test_without_a_file_the_keys_come_from_arguments():
+    cfg = load_config(PretokenizeConfig, None, input="a.jsonl", output="o.lance", tokenizer="t", format="pretrain")
+    assert (cfg.input, cfg.format, cfg.text_column) == ("a.jsonl", "pretrain", "text")
+    with pytest.raises(PrepError, match=r"^argument 'format': Field required$"):
+        load_config(PretokenizeConfig, None, input="a.jsonl", output="o.lance", tokenizer="t")

@@ -30,11 +30,12 @@ def test_the_dockerfile_lints_clean():
 
 def test_the_dockerfile_builds_the_documented_variants_as_a_non_root_user():
     text = DOCKERFILE.read_text()
-    assert re.search(r"^ARG RAY_IMAGE=rayproject/ray:2\.60\.0-py311-cpu$", text, re.M)  # Ray pinned as pyproject pins it
+    assert re.search(r"^ARG RAY_IMAGE=rayproject/ray:2\.60\.0-py311-cpu$", text, re.M)  # Ray as constraints/dev.txt pins it
     assert re.search(r"^ARG TORCH_INDEX=https://download\.pytorch\.org/whl/cpu$", text, re.M)
     assert "--build-arg RAY_IMAGE=rayproject/ray:2.60.0-py311-cu128" in text and "whl/cu128" in text
     users = re.findall(r"^USER (\S+)$", text, re.M)
     assert users and users[-1].split(":")[0] not in ("root", "0")
     assert "--shm-size" in text and "RAY_AUTH_TOKEN" in text and "ray start --head" in text and "ray start --address" in text
-    pins = dict(re.findall(r'"(torch|torchvision)==([\d.]+)"', (REPO / "pyproject.toml").read_text()))
+    pins = dict(re.findall(r"^(torch|torchvision|ray)==([\d.]+)$", (REPO / "constraints" / "dev.txt").read_text(), re.M))
     assert f"torch=={pins['torch']}" in text and f"torchvision=={pins['torchvision']}" in text
+    assert f"rayproject/ray:{pins['ray']}-" in text and "-c constraints/dev.txt" in text

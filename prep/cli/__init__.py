@@ -4,7 +4,7 @@ A command module adds its parser (with a description that ends in one example)
 and sets ``func``; :func:`main` sets up logging and progress (:mod:`prep.runtime.logs`)
 and hands any error to :func:`prep.cli.exits.fail`, which prints one line on
 stderr and picks the exit status (0 OK, 1 verification mismatch, 2 unusable input
-or usage error, 3 a bug).
+or usage error, 3 a bug). A command whose stdout reader leaves early (``| head``) ends quietly with 0.
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     logs.configure(verbose=args.verbose, quiet=args.quiet)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so a reader that left (`| head`) is seen by fail(), not by the interpreter's exit
+        return code
     except Exception as exc:  # one line and an exit code, whatever went wrong (see prep.cli.exits)
         return fail(exc, command=args.command, parser=args.command_parser, argv=argv, verbose=args.verbose)
 

@@ -1,19 +1,22 @@
-"""Arguments every prepare command shares, so one config serves many data sets."""
+"""Arguments every prepare command shares, so one config serves many data sets (or none: a one-off
+job gives its keys as flags). Relative paths resolve from the current directory."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from prep.errors import PrepError
 from prep.runtime.ray_cluster import parse_resources
 
-__all__ = ["add_job_arguments", "job_overrides"]
+__all__ = ["add_job_arguments", "require_without_config", "job_arguments"]
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="YAML job config (see configs/)")
-    parser.add_argument("--input", help="override the config's input: a file, directory or glob, local or s3://")
-    parser.add_argument("--output", help="override the config's output table path")
+    parser.add_argument("--config", help="YAML job config, the way to keep a recipe (see configs/); optional: "
+                        "flags set its keys, and override them when both are given")
+    parser.add_argument("--input", help="a file, directory or glob, local or s3:// (relative paths: from the current directory)")
+    parser.add_argument("--output", help="the output table path")
     parser.add_argument("--overwrite", action="store_true", default=None, help="replace an existing output table")
     parser.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else run on this machine without Ray)")
     parser.add_argument("--ray-resources", type=parse_resources,
@@ -25,11 +28,15 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
                         "a job that rejects every row always fails)")
 
 
-def job_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """Config keys set on the command line (None means: keep the config's value)."""
-    out: dict[str, Any] = {"input": args.input, "output": args.output, "overwrite": args.overwrite, "executor": args.executor,
-                           "max_reject_fraction": args.max_reject_fraction}
-    ray = {k: v for k, v in (("address", args.ray_address), ("resources", args.ray_resources)) if v}
-    if ray:
-        out["ray"] = ray
-    return out
+def require_without_config(args: argparse.Namespace, flags: list[str]) -> None:
+    """Without ``--config`` the job's required keys come from ``flags``: name those missing, and the way out."""
+    missing = [flag for flag in flags if getattr(args, flag[2:].replace("-", "_")) is None]
+    if args.config is None and missing:
+        raise PrepError(f"{' and '.join(missing)} required without --config (or give --config FILE, a recipe: see configs/)")
+
+
+def job_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The shared flags as keyword arguments of :mod:`prep.prepare.api` (None: keep the config's value)."""
+    return {"config": args.config, "input": args.input, "output": args.output, "overwrite": args.overwrite,
+            "executor": args.executor, "ray_address": args.ray_address, "ray_resources": args.ray_resources,
+            "max_reject_fraction": args.max_reject_fraction}

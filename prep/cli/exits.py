@@ -12,14 +12,17 @@ The one place that turns an error into what the user sees. Codes:
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import re
+import select
 import sys
 import traceback
 from typing import NoReturn, Sequence
 
 from prep.errors import PrepError, TooManyRejects, one_line
 
-__all__ = ["OK", "MISMATCH", "UNUSABLE", "BUG", "OneLineParser", "at_least", "epilog", "fail"]
+__all__ = ["OK", "MISMATCH", "UNUSABLE", "BUG", "OneLineParser", "at_least", "epilog", "stdout_closed", "end_quietly", "fail"]
 
 OK, MISMATCH, UNUSABLE, BUG = 0, 1, 2, 3
 
@@ -76,8 +79,30 @@ def _with_flags(message: str, flags: dict[str, str]) -> str:
     return message
 
 
+def stdout_closed() -> bool:
+    """True when stdout is a pipe whose reader has gone (``prep read ... | head -1`` after ``head`` exits)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # stdout replaced (tests) or closed by the program
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def end_quietly() -> int:
+    """The reader of stdout took what it wanted and left: like ``cat`` or ``ls``, end without a word, exit 0.
+    stdout goes to /dev/null first, so the interpreter's last flush of what is still buffered cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return OK
+
+
 def fail(exc: BaseException, *, command: str, parser: argparse.ArgumentParser, argv: Sequence[str], verbose: bool) -> int:
-    """Prints ``exc`` as one line on stderr and returns its exit code."""
+    """Prints ``exc`` as one line on stderr and returns its exit code (0 for a closed stdout, see :func:`end_quietly`)."""
+    if isinstance(exc, BrokenPipeError) and stdout_closed():
+        return end_quietly()
     if isinstance(exc, PrepError):
         code, text = MISMATCH if isinstance(exc, TooManyRejects) else UNUSABLE, one_line(exc, limit=1000)
     elif isinstance(exc, (OSError, ValueError)):  # Lance, Arrow, JSON and file errors about the input

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from prep.cli.common import add_job_arguments, job_overrides
+from prep.cli.common import add_job_arguments, job_arguments, require_without_config
+from prep.cli.exits import at_least
 
 __all__ = ["register"]
 
@@ -15,19 +16,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "pretokenize", help="tokenize text sources into a Lance table (a Ray Data job)",
         description="Tokenize JSONL/JSON/Parquet/CSV/text sources (local or s3://) into a Lance table of input_ids,\n"
         "loss_mask and length, plus a rejects table that names every row it could not use.\n\n"
-        "example:\n  prep pretokenize --config configs/gsm8k-sft.yaml --input data/train.jsonl --output out/train.lance",
+        "Without --config, give --input, --output, --tokenizer and --format; with it, flags override its keys.\n\n"
+        "example:\n  prep pretokenize --input data/train.jsonl --output out/train.lance --tokenizer builtin:mistral-v3 --format pretrain\n"
+        "  prep pretokenize --config configs/gsm8k-sft.yaml --input data/train.jsonl --output out/train.lance",
     )
     add_job_arguments(p)
-    p.add_argument("--tokenizer", help="override the config's tokenizer: builtin:mistral-v3, a directory or a hub id")
+    p.add_argument("--tokenizer", help="builtin:mistral-v3, a directory or a hub id")
+    p.add_argument("--format", choices=["pretrain", "sft"], help="pretrain (documents + EOS) or sft (loss on responses only)")
+    p.add_argument("--text-column", help="the document field of structured pretraining rows (default text)")
+    p.add_argument("--messages-column", help="the sft column with a list of {role, content} (default messages)")
+    p.add_argument("--max-length", type=at_least(1), help="the longest row allowed, in tokens (default: no limit)")
+    p.add_argument("--overlong", choices=["truncate", "reject", "split"], help="what to do with longer rows (default reject)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from prep.runtime.config import load_config
-    from prep.prepare.text.pretokenize import PretokenizeConfig, format_summary, run_pretokenize
+    require_without_config(args, ["--input", "--output", "--tokenizer", "--format"])
 
-    cfg = load_config(PretokenizeConfig, args.config, tokenizer=args.tokenizer, **job_overrides(args))
-    summary = run_pretokenize(cfg)
+    from prep.prepare.api import pretokenize
+    from prep.prepare.text.pretokenize import format_summary
+
+    summary = pretokenize(tokenizer=args.tokenizer, format=args.format, text_column=args.text_column,
+                          messages_column=args.messages_column, max_length=args.max_length, overlong=args.overlong,
+                          **job_arguments(args))
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return 0

@@ -3,10 +3,10 @@
 One small module per framework, each imported only by the user who needs it (none of
 them is imported by :mod:`prep.reader`, and none of their frameworks is a core dependency):
 
-- :mod:`prep.integrations.hf`: HF ``Trainer`` / TRL (``pip install prep[hf]``);
-- :mod:`prep.integrations.accelerate`: an Accelerate loop (``pip install prep[hf]``);
-- :mod:`prep.integrations.lightning`: a ``LightningDataModule`` (``pip install prep[lightning]``);
-- :mod:`prep.integrations.torchdata`: torchdata's ``StatefulDataLoader`` (``pip install prep[torchdata]``).
+- :mod:`prep.integrations.hf`: HF ``Trainer`` / TRL (``pip install prep-lance[hf]``);
+- :mod:`prep.integrations.accelerate`: an Accelerate loop (``pip install prep-lance[hf]``);
+- :mod:`prep.integrations.lightning`: a ``LightningDataModule`` (``pip install prep-lance[lightning]``);
+- :mod:`prep.integrations.torchdata`: torchdata's ``StatefulDataLoader`` (``pip install prep-lance[torchdata]``).
 
 The rule they share: the reader state saved in a checkpoint is the one after the last batch
 the trainer *trained on* (``batch.state``), never the one after what its loader prefetched.

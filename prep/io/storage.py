@@ -1,4 +1,4 @@
-"""Local paths and object-store URIs (``s3://``, ``gs://``, ``az://``/``abfs://``) behind one small API.
+"""Local paths and object-store URIs (``s3://``, ``gs://``, ``az://``/``abfs://``, ``hf://``) behind one small API.
 
 fsspec serves file access, Lance needs its own ``storage_options``; both come from
 :func:`resolve`, so the endpoint, the credentials and the retry policy are set once
@@ -25,8 +25,11 @@ __all__ = [
     "S3Options",
     "Resolved",
     "resolve",
+    "shown",
     "fs_path",
     "is_remote",
+    "scheme",
+    "with_scheme",
     "filesystem",
     "lance_storage_options",
     "join",
@@ -35,8 +38,15 @@ __all__ = [
     "write_json_atomic",
 ]
 
-# Schemes handed to fsspec and Lance as they are, credentials from their own environment.
-PASS_THROUGH = ("gs://", "gcs://", "az://", "abfs://", "abfss://")
+# Schemes handed to fsspec (and Lance) as they are, credentials from their own environment:
+# scheme -> (fsspec's protocol for it, the module that implements it, the extra of prep that installs it).
+PASS_THROUGH = {
+    "gs": ("gs", "gcsfs", "gcs"), "gcs": ("gs", "gcsfs", "gcs"),
+    "az": ("az", "adlfs", "azure"), "abfs": ("abfs", "adlfs", "azure"), "abfss": ("abfs", "adlfs", "azure"),
+    "hf": ("hf", "huggingface_hub", None),  # inputs only: Lance cannot write there
+}
+SUPPORTED = ("local paths, file://, s3://, gs:// (pip install 'prep-lance[gcs]'), az:// or abfs[s]:// "
+             "(pip install 'prep-lance[azure]'), hf:// (inputs)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,26 +117,68 @@ def is_remote(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
 
 
+def scheme(uri: str) -> str:
+    """``s3`` for ``s3://b/k``; ``file`` for a local path or ``file://``.
+
+    Raises:
+        PrepError: a scheme prep does not support (``s3a://``...), never read as a local path.
+    """
+    if not is_remote(uri):
+        return "file"
+    name = uri.partition("://")[0].lower()
+    if name != "s3" and name not in PASS_THROUGH:
+        raise PrepError(f"{uri}: unknown scheme '{name}://'; prep supports {SUPPORTED}")
+    return name
+
+
+def with_scheme(uri: str, path: str) -> str:
+    """``path`` as fsspec returns it (no scheme) back as a URI of the same store as ``uri``.
+
+    >>> with_scheme("gs://bucket/in", "bucket/in/a.jsonl"), with_scheme("/data/in", "/data/in/a.jsonl")
+    ('gs://bucket/in/a.jsonl', '/data/in/a.jsonl')
+    """
+    return f"{scheme(uri)}://{path}" if is_remote(uri) else path
+
+
 def resolve(uri: str, s3: S3Options | None = None, *, retries: bool = True) -> Resolved:
     """The filesystem, path and Lance options for ``uri``: the one place URIs and credentials meet.
 
     Args:
-        uri: a local path, ``file://``, ``s3://``, ``gs://``, ``az://`` or ``abfs://`` URI.
+        uri: a local path, ``file://``, ``s3://``, ``gs://``, ``az://``, ``abfs://`` or ``hf://`` URI.
         s3: endpoint, credentials and retry policy (default: the environment).
         retries: False for a filesystem that tries each request once, for callers that retry
             under :func:`prep.io.retry.call` themselves (retries inside retries multiply).
+
+    Raises:
+        PrepError: an unknown scheme, or one whose fsspec module (an extra of prep) is not installed.
     """
-    if uri.startswith("s3://"):
+    protocol = scheme(uri)
+    if protocol == "s3":
         opts = (s3 or S3Options()).resolved()
         return Resolved(_s3fs(opts, retries), fs_path(uri), _lance_s3(opts))
-    if uri.startswith(PASS_THROUGH):
-        protocol = uri.partition("://")[0]
+    if protocol in PASS_THROUGH:
+        fsspec_protocol, module, extra = PASS_THROUGH[protocol]
         try:
-            fs = fsspec.filesystem(protocol)
-        except ImportError as exc:  # gcsfs / adlfs are optional: say which one
-            raise PrepError(f"{uri}: {exc}") from None
+            fs = fsspec.filesystem(fsspec_protocol)
+        except ImportError:  # gcsfs / adlfs are optional: say which one, and how to get it
+            install = f"pip install 'prep-lance[{extra}]'" if extra else f"pip install {module}"
+            raise PrepError(f"{uri}: {protocol}:// needs the {module} package: {install}") from None
         return Resolved(fs, fs_path(uri), _lance_client((s3 or S3Options()).retry))
     return Resolved(fsspec.filesystem("file"), fs_path(uri), None)
+
+
+def shown(uri: str) -> str:
+    """``uri`` as an error shows it: a relative local path also as the absolute path it resolved to,
+    since relative paths resolve from the current directory (not from a config file's folder).
+
+    >>> shown("s3://bucket/x.jsonl")
+    's3://bucket/x.jsonl'
+    >>> shown("/data/x.jsonl")
+    '/data/x.jsonl'
+    """
+    if is_remote(uri) or os.path.isabs(uri.removeprefix("file://")):
+        return uri
+    return f"{uri} (resolved from the current directory {os.getcwd()} to {fs_path(uri)})"
 
 
 def fs_path(uri: str) -> str:

@@ -83,7 +83,6 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
             what was looked for, e.g. "jsonl/parquet files").
     """
     fs, path = storage.filesystem(given, s3)
-    prefix = "s3://" if given.startswith("s3://") else ""
     if fs.isdir(path):
         root, is_dir = path, True
         found = fs.find(path, detail=True)
@@ -94,9 +93,9 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
         root, is_dir = path[: min(path.find(c) for c in _GLOB_CHARS if c in path)].rsplit("/", 1)[0], False
         found = fs.glob(path, detail=True)
     else:
-        raise PrepError(f"input not found: {given}")
+        raise PrepError(f"input not found: {storage.shown(given)}")
     files = [
-        ListedFile(prefix + p, posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info))
+        ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info))
         for p, info in sorted(found.items())
         if info.get("type", "file") == "file" and not _hidden(posixpath.relpath(p, root)) and accept(p)
     ]

@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from prep.errors import PrepError
 from prep.io.retry import RetryPolicy
+from prep.io import storage
 from prep.io.storage import S3Options
 
-__all__ = ["ConfigModel", "RetryConfig", "S3Config", "RayConfig", "JobConfig", "load_config", "config_hash"]
+__all__ = ["ConfigModel", "RetryConfig", "S3Config", "RayConfig", "JobConfig", "merge", "load_config", "config_hash"]
 
 T = TypeVar("T", bound="ConfigModel")
 
@@ -132,31 +133,49 @@ def _format_error(source: str, err: ValidationError) -> str:
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
     secret = any(part in SECRET_KEYS for part in first["loc"])
     value = "" if first["type"] == "missing" or secret else f" (got {first.get('input')!r:.80})"
-    return f"{source}: key '{key}': {first['msg']}{value}{more}"
+    where = "argument" if source == "arguments" else f"{source}: key"  # no file: the keys came as arguments
+    return f"{where} '{key}': {first['msg']}{value}{more}"
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with the non-None ``overrides`` on top; a mapping merges into a mapping key by key,
+    so ``ray={"address": ...}`` from a flag keeps the config's ``ray.num_cpus``.
+
+    >>> merge({"ray": {"num_cpus": 4}, "input": "a"}, {"ray": {"address": "auto"}, "input": None})
+    {'ray': {'num_cpus': 4, 'address': 'auto'}, 'input': 'a'}
+    """
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        elif value is not None:
+            out[key] = value
+    return out
 
 
 def load_config(model: type[T], path: str | Path | None = None, **overrides: Any) -> T:
-    """Loads ``path`` (YAML) into ``model``, applying non-None ``overrides`` on top.
+    """Loads ``path`` (YAML, optional) into ``model``, applying non-None ``overrides`` on top.
 
-    Overrides are top-level keys (``input``, ``output``, ``tokenizer``...), so one
-    config serves many data sets.
+    Overrides are config keys (``input``, ``output``, ``tokenizer``, ``sft={"layout": "qa"}``...),
+    so one config serves many data sets, and a one-off job needs no file at all. Relative paths,
+    in the file and in overrides alike, resolve from the current directory.
 
     Raises:
         PrepError: the file is missing or not YAML, or a key is unknown, missing or mistyped.
     """
     data: dict[str, Any] = {}
-    source = str(path) if path else "config"
+    source = str(path) if path else "arguments"
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise PrepError(f"config file not found: {p}")
+            raise PrepError(f"config file not found: {storage.shown(str(p))}")
         try:
             data = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as exc:
             raise PrepError(f"{p}: not valid YAML: {str(exc).splitlines()[0]}") from None
         if not isinstance(data, dict):
             raise PrepError(f"{p}: expected a mapping of keys at the top level, got {type(data).__name__}")
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    data = merge(data, overrides)
     try:
         return model.model_validate(data)
     except ValidationError as err:

@@ -22,7 +22,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PrepError("--plot needs matplotlib: pip install 'prep[plots]'") from None
+        raise PrepError("--plot needs matplotlib: pip install 'prep-lance[plots]'") from None
     return plt
 
 

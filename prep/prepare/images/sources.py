@@ -189,10 +189,10 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> Plan:
 
 def _read_files(chunk: FilesChunk, s3: storage.S3Options | None) -> Iterator[Sample | Reject]:
     """Reads the chunk's files with one ``cat_ranges`` per filesystem (concurrent on S3)."""
-    groups: dict[bool, list[FileItem]] = {}
+    groups: dict[str, list[FileItem]] = {}
     for it in chunk.items:
         if it.problem is None:
-            groups.setdefault(it.uri.startswith("s3://"), []).append(it)
+            groups.setdefault(storage.scheme(it.uri), []).append(it)
     data: dict[str, Any] = {}
     for items in groups.values():
         fs, _ = storage.filesystem(items[0].uri, s3)

@@ -1,0 +1,134 @@
+"""The prepare commands as Python functions, with the command line's arguments.
+
+``prep.pretokenize(...)`` is ``prep pretokenize ...`` and ``prep.decode_images(...)`` is
+``prep decode-images ...``: each flag is a keyword argument of the same name (``--max-length``
+is ``max_length``), ``config`` is ``--config``, and any other key of the config file can be
+given as a keyword too (``pack={"seq_len": 2048}``). The CLI calls these functions, so the
+two cannot drift apart. Relative paths resolve from the current directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["pretokenize", "decode_images"]
+
+
+def _job_keys(*, input: str | list[str] | None, output: str | None, overwrite: bool | None, executor: str | None,
+              ray_address: str | None, ray_resources: dict[str, float] | None,
+              max_reject_fraction: float | None) -> dict[str, Any]:
+    """The config keys behind the flags every prepare command has (None: keep the config's value)."""
+    ray = {k: v for k, v in (("address", ray_address), ("resources", ray_resources)) if v}
+    return {"input": input, "output": output, "overwrite": overwrite, "executor": executor, "ray": ray or None,
+            "max_reject_fraction": max_reject_fraction}
+
+
+def pretokenize(
+    *,
+    config: str | Path | None = None,
+    input: str | list[str] | None = None,
+    output: str | None = None,
+    tokenizer: str | None = None,
+    format: str | None = None,
+    text_column: str | None = None,
+    messages_column: str | None = None,
+    max_length: int | None = None,
+    overlong: str | None = None,
+    overwrite: bool | None = None,
+    executor: str | None = None,
+    ray_address: str | None = None,
+    ray_resources: dict[str, float] | None = None,
+    max_reject_fraction: float | None = None,
+    **keys: Any,
+) -> dict[str, Any]:
+    """Tokenizes text sources into a Lance table (``prep pretokenize``).
+
+    Without ``config``, ``input``, ``output``, ``tokenizer`` and ``format`` are required; with
+    it, each argument given overrides the file's key. None keeps the config's value.
+
+    Args:
+        config: a YAML recipe (see ``configs/``); optional.
+        input: a file, directory or glob (local or ``s3://``), or a list of them.
+        output: the Lance table to write.
+        tokenizer: ``builtin:mistral-v3``, a local directory or a HuggingFace hub id.
+        format: ``"pretrain"`` (documents + EOS) or ``"sft"`` (loss on responses only).
+        text_column: the document field of structured pretraining rows (default ``text``).
+        messages_column: the SFT column with a list of ``{role, content}`` (default ``messages``).
+        max_length: the longest row allowed, in tokens (default: no limit).
+        overlong: ``"truncate"``, ``"reject"`` (default) or ``"split"`` for longer rows.
+        overwrite: replace a table prep wrote at ``output``.
+        executor: ``"auto"`` (default), ``"ray"`` or ``"local"``.
+        ray_address: Ray cluster to join (default ``RAY_ADDRESS``).
+        ray_resources: custom Ray resources each task asks for.
+        max_reject_fraction: the share of rows that may be rejected before the job fails (default 0.1).
+        **keys: any other key of :class:`prep.prepare.text.pretokenize.PretokenizeConfig`.
+
+    Returns:
+        The summary ``prep pretokenize --json`` prints (rows read/written/rejected, tokens, paths).
+
+    Raises:
+        PrepError: a missing, unknown or mistyped argument, a missing input, an output prep may not replace.
+
+    Example:
+        >>> import prep
+        >>> prep.pretokenize(input="in.jsonl", output="out.lance", tokenizer="builtin:mistral-v3")
+        Traceback (most recent call last):
+        prep.errors.PrepError: argument 'format': Field required
+    """
+    from prep.runtime.config import load_config, merge
+    from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+
+    sft = {"messages_column": messages_column} if messages_column else None
+    named = dict(tokenizer=tokenizer, format=format, text_column=text_column, sft=sft, max_length=max_length,
+                 overlong=overlong, **_job_keys(input=input, output=output, overwrite=overwrite, executor=executor,
+                                                ray_address=ray_address, ray_resources=ray_resources,
+                                                max_reject_fraction=max_reject_fraction))
+    cfg = load_config(PretokenizeConfig, config, **merge(keys, named))
+    return run_pretokenize(cfg)
+
+
+def decode_images(
+    *,
+    config: str | Path | None = None,
+    input: str | list[str] | None = None,
+    output: str | None = None,
+    source: str | None = None,
+    size: int | tuple[int, int] | None = None,
+    overwrite: bool | None = None,
+    executor: str | None = None,
+    ray_address: str | None = None,
+    ray_resources: dict[str, float] | None = None,
+    max_reject_fraction: float | None = None,
+    **keys: Any,
+) -> dict[str, Any]:
+    """Decodes and resizes images into a Lance table (``prep decode-images``).
+
+    Without ``config``, ``input`` and ``output`` are enough (an ImageFolder tree or a manifest,
+    224x224 RGB); with it, each argument given overrides the file's key.
+
+    Args:
+        config: a YAML recipe (see ``configs/imagefolder.yaml``); optional.
+        input: an ImageFolder root, a manifest, WebDataset shards or Parquet files.
+        output: the Lance table to write.
+        source: ``"auto"`` (default), ``"imagefolder"``, ``"manifest"``, ``"webdataset"`` or ``"parquet"``.
+        size: output side (square) or ``(height, width)`` (default 224).
+        overwrite, executor, ray_address, ray_resources, max_reject_fraction: as for :func:`pretokenize`.
+        **keys: any other key of :class:`prep.prepare.images.config.ImagesConfig`.
+
+    Returns:
+        The summary ``prep decode-images --json`` prints.
+
+    Raises:
+        PrepError: a missing, unknown or mistyped argument, a missing input, an output prep may not replace.
+    """
+    from prep.runtime.config import load_config, merge
+    from prep.prepare.images.config import ImagesConfig
+    from prep.prepare.images.job import run_decode_images
+
+    named = dict(source=source, size=size, **_job_keys(input=input, output=output, overwrite=overwrite,
+                                                       executor=executor, ray_address=ray_address,
+                                                       ray_resources=ray_resources,
+                                                       max_reject_fraction=max_reject_fraction))
+    cfg = load_config(ImagesConfig, config, **merge(keys, named))
+    return run_decode_images(cfg)
