@@ -49,7 +49,7 @@ def build_model(vocab_size: int, seed: int, hidden_size: int = 128) -> torch.nn.
 
 def vocab_size(dataset: ReaderDataset) -> int:
     """The table's tokenizer vocabulary (the model's output layer covers every id)."""
-    return (dataset.layout.metadata.get("tokenizer") or {}).get("vocab_size") or 32768
+    return (dataset.layout.metadata.tokenizer.vocab_size if dataset.layout.metadata.tokenizer else None) or 32768
 
 
 def record_batch(path: str | None, batch, rank: int = 0, trainer_epoch: int | None = None) -> None:

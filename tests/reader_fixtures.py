@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from prep.io import lance_tables
+from prep.contracts.table import METADATA_KEY, TABLE_FORMAT, TableMetadata
 from prep.contracts.manifest import Epoch, Manifest, Source, SplitFile, split_path, write_manifest
 from prep.plan import split_rows
 from prep.plan.spec import PlanSpec
@@ -38,7 +38,7 @@ def row_ids(n: int, salt: int = 0) -> np.ndarray:
 def sft_metadata(num_rows: int, tokens: int) -> dict:
     tok = tokenizer()
     return {
-        "format": lance_tables.TABLE_FORMAT, "prep_version": "0.1.0", "kind": "sft", "config": {}, "config_hash": "0" * 64,
+        "format": TABLE_FORMAT, "prep_version": "0.1.0", "kind": "sft", "config": {}, "config_hash": "0" * 64,
         "tokenizer": {"name": "mistral-v3", "hash": "test", "vocab_size": len(tok), "eos_id": tok.eos_token_id,
                       "bos_id": tok.bos_token_id, "pad_id": tok.pad_token_id},
         "seq_len": None, "sources": [{"uri": str(GSM8K), "size": 0, "mtime": ""}],
@@ -70,7 +70,7 @@ def gsm8k_sft(num_rows: int) -> pa.Table:
 def write_table(uri: str, table: pa.Table, metadata: dict) -> None:
     import lance
 
-    meta = {**(table.schema.metadata or {}), lance_tables.METADATA_KEY: json.dumps(metadata, sort_keys=True)}
+    meta = {**(table.schema.metadata or {}), METADATA_KEY: json.dumps(metadata, sort_keys=True)}
     lance.write_dataset(table.replace_schema_metadata(meta), uri, mode="create")
 
 
@@ -91,7 +91,8 @@ def write_materialized(out: str, table: pa.Table, metadata: dict, *, num_splits:
         entries.append(Epoch(epoch=epoch, splits=tuple(splits)))
     manifest = Manifest(
         prep_version="0.1.0", fingerprint=plan.fingerprint(source_uri, source_version),
-        source=Source(uri=source_uri, version=source_version, num_rows=table.num_rows, metadata=metadata),
+        source=Source(uri=source_uri, version=source_version, num_rows=table.num_rows,
+                      metadata=TableMetadata.from_json(metadata, source_uri)),
         plan=plan, num_selected_rows=table.num_rows, columns=tuple(table.column_names), epochs=tuple(entries),
     )
     write_manifest(out, manifest)
@@ -172,6 +173,6 @@ def image_table(num_rows: int, shape: tuple[int, int, int]) -> tuple[pa.Table, d
                       "image": pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel()), pixels.shape[1]),
                       "label": pa.array(np.arange(num_rows, dtype=np.int32) % 2),
                       "label_name": pa.array(["ants", "bees"] * (num_rows // 2)), "source": pa.array(["x"] * num_rows)})
-    meta = {"format": lance_tables.TABLE_FORMAT, "kind": "images", "image": {"shape": list(shape), "layout": "HWC", "dtype": "uint8"},
+    meta = {"format": TABLE_FORMAT, "kind": "images", "image": {"shape": list(shape), "layout": "HWC", "dtype": "uint8"},
             "labels": ["ants", "bees"], "counts": {"rows_written": num_rows}}
     return table, meta

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep.io import lance_tables
+from prep.contracts.table import TABLE_FORMAT, TableMetadata
 from prep.plan.permutation import mix64
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,7 +85,7 @@ def gsm8k_rows(limit: int | None = None) -> pa.Table:
 def metadata(kind: str = "sft", rows: int = 0, tokens: int = 0, **extra) -> dict:
     """``prep`` table metadata following docs/architecture.md."""
     return {
-        "format": lance_tables.TABLE_FORMAT,
+        "format": TABLE_FORMAT,
         "prep_version": "0.1.0",
         "kind": kind,
         "config": {"builder": "tests/tables.py"},
@@ -126,7 +127,7 @@ def write_prepared(
         pa.RecordBatchReader.from_batches(schema, counting()), uri, storage_options=storage_options, max_rows_per_file=fragment_rows
     )
     lance_tables.commit_table(
-        uri, schema, frags, metadata=metadata(kind, counted["rows"], counted["tokens"]), storage_options=storage_options
+        uri, schema, frags, metadata=TableMetadata.from_json(metadata(kind, counted["rows"], counted["tokens"]), uri), storage_options=storage_options
     )
     return uri
 

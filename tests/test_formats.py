@@ -11,6 +11,17 @@ def tok(tokenizer_dir):
     return resolve_tokenizer(tokenizer_dir)
 
 
+def joined(segments):
+    """Adjacent segments with the same flag joined, as the row's text is tokenized."""
+    out = []
+    for text, train in segments:
+        if out and out[-1][1] == train:
+            out[-1] = (out[-1][0] + text, train)
+        else:
+            out.append((text, train))
+    return out
+
+
 def encode(tok, formatter, rows, eos=None):
     segs = Segments()
     for r in rows:
@@ -29,8 +40,8 @@ def test_qa_loss_mask_covers_exactly_the_answer_and_eos(tok):
 
 def test_alpaca_input_is_appended_to_instruction_when_present(tok):
     f = SFTFormatter(tok, schema="alpaca")
-    with_input = f({"instruction": "Translate.", "input": "Bonjour", "output": "Hello"})
-    without = f({"instruction": "Translate.", "input": "", "output": "Hello"})
+    with_input = joined(f({"instruction": "Translate.", "input": "Bonjour", "output": "Hello"}))
+    without = joined(f({"instruction": "Translate.", "input": "", "output": "Hello"}))
     assert "Translate.\n\nBonjour" in with_input[0][0]
     assert without[0][0].endswith("[INST] Translate. [/INST]")
     assert with_input[1] == ("Hello</s>", True)
@@ -42,7 +53,7 @@ def test_multi_turn_messages_train_every_assistant_turn(tok):
         {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
     ]
     segs = SFTFormatter(tok)({"messages": msgs})
-    assert [(t, train) for t, train in segs] == [
+    assert joined(segs) == [
         ("<s>[INST] hi [/INST]", False), ("hello</s>", True), ("[INST] 2+2? [/INST]", False), ("4</s>", True)]
 
 
@@ -77,23 +88,33 @@ def test_pretraining_rows_get_eos_and_full_mask(tok):
         TextFormatter()("   ")
 
 
-def test_single_turn_fast_path_matches_the_jinja_render(tok):
+def test_the_fast_path_fills_the_frame_that_transformers_renders(tok):
     f = SFTFormatter(tok)
-    assert f._frame is not None
+    for roles in [("user", "assistant"), ("user", "assistant", "user", "assistant")]:
+        assert f._frame(roles) is not None
     for q, a in [("What is 2+2?", "4"), ("  spaced  ", "multi\nline\n"), ("{{ not a template }}", "{% raw %}")]:
-        row = [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
-        assert f({"messages": row}) == [s for s in f._chat_segments(row)]
+        row = [{"role": "user", "content": q}, {"role": "assistant", "content": a}] * 2
+        assert joined(f({"messages": row})) == f._chat_segments(row)
 
 
-def test_workers_tokenizer_and_template_match_transformers(tok, tokenizer_dir):
-    from prep.prepare.text.chat_template import compile_chat_template
+def test_templates_that_read_the_content_are_rendered_per_row(tok):
+    """Each template here does something with the content besides writing it: no frame, every row rendered."""
+    import dataclasses
+
+    reads = ["m['content'] | trim", "m['content'] | tojson", "m['content'][1:]", "m['content'] | length",
+             "'x' if m['content'] == 'a' else 'y'", "m['content'].upper()", "'%s!' | format(m['content'])",
+             "' '.join([m['content']])", "namespace(c=m['content']).c | replace('a', 'b')",
+             "'a' if m['content'] is startingwith('q') else 'b'"]
+    for expr in reads:
+        template = ("{% for m in messages %}{{ m['role'] }}: {% generation %}{{ m['content'] }} {{ " + expr + " }}"
+                    "{% endgeneration %}\n{% endfor %}")
+        f = SFTFormatter(dataclasses.replace(tok, chat_template=template))
+        assert f._frame(("user", "assistant")) is None, expr
+
+
+def test_workers_tokenizer_matches_transformers(tok, tokenizer_dir):
     from prep.prepare.text.tokenizer import load_tokenizer
 
     hf = load_tokenizer(tokenizer_dir)
-    msgs = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"},
-            {"role": "user", "content": "and {{ you }}?"}]
-    for gen in (False, True):
-        ours = compile_chat_template(tok.chat_template).render(messages=msgs, add_generation_prompt=gen, **tok.special_tokens)
-        assert ours == hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
     text = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72</s>"
     assert tok.backend().encode(text, add_special_tokens=False).ids == hf(text, add_special_tokens=False)["input_ids"]

@@ -6,9 +6,11 @@ tests/test_images_job.py, which runs the same inputs through the Ray job.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
+import struct
 import tarfile
 from pathlib import Path
 
@@ -26,7 +28,8 @@ from prep.prepare.images.decode import ImageError, decode
 from prep.prepare.images.labels import LabelError, LabelMap
 from prep.prepare.images.sources import plan
 from prep.prepare.images.transform import MAX_STRETCH, Fit, fit
-from prep.prepare.images.worker import ImageChunkWorker
+from prep.prepare.images.worker import _BATCH_ROWS, ImageChunkWorker
+from prep.prepare.isolation import Progress
 from prep.io.storage import S3Options
 
 HYMENOPTERA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "hymenoptera" / "train"
@@ -61,6 +64,21 @@ def exif_rotated_jpeg(orientation: int = 6) -> bytes:
     return encode(im, "JPEG", quality=95, exif=exif.tobytes())
 
 
+def tiff_without_frame_width() -> bytes:
+    """A 2-frame TIFF whose second frame has no ImageWidth tag: Pillow opens it, then raises
+    ``TypeError: Missing dimensions`` when counting its frames (issue 21, finding 2)."""
+    data = bytearray(encode(Image.new("RGB", (6, 4), (200, 10, 10)), "TIFF", save_all=True,
+                            append_images=[Image.new("RGB", (6, 4), (10, 200, 10))]))
+    assert data[:4] == b"II*\x00"  # little-endian: IFD offsets and tags are "<I" and "<H"
+    first = struct.unpack_from("<I", data, 4)[0]
+    second = struct.unpack_from("<I", data, first + 2 + 12 * struct.unpack_from("<H", data, first)[0])[0]
+    for k in range(struct.unpack_from("<H", data, second)[0]):
+        entry = second + 2 + 12 * k
+        if struct.unpack_from("<H", data, entry)[0] == 256:  # ImageWidth -> a private tag nobody reads
+            struct.pack_into("<H", data, entry, 0xFDE8)
+    return bytes(data)
+
+
 def photos(n: int) -> list[Path]:
     """``n`` real photos spread over both classes, sorted."""
     files = sorted(p for p in HYMENOPTERA.rglob("*") if p.is_file() and p.suffix == ".jpg" and " " not in p.name)
@@ -87,6 +105,7 @@ GOOD = {  # relative path -> what it is; each must decode
 }
 BAD = {  # relative path -> words expected in the reject reason
     "bees/truncated.jpg": "truncated",
+    "bees/no-width.tif": "cannot decode TIFF: TypeError: Missing dimensions",
     "bees/empty.jpg": "empty file",
     "bees/notes.txt": "not an image",
     "bees/fake.jpg": "not an image",
@@ -115,6 +134,7 @@ def bad_tree(root: Path) -> Path:
         "bees/bitmap.bmp": encode(noise(33, 44, 11), "BMP"),
         "bees/anim.webp": encode(noise(40, 30, 12), "WEBP", save_all=True, append_images=[noise(40, 30, 13)]),
         "bees/truncated.jpg": real[0].read_bytes()[: real[0].stat().st_size // 2],
+        "bees/no-width.tif": tiff_without_frame_width(),
         "bees/empty.jpg": b"",
         "bees/notes.txt": b"field notes: 3 ants, 2 bees\n",
         "bees/fake.jpg": b"<html><body>404 not found</body></html>",
@@ -263,6 +283,12 @@ def test_unusable_bytes_raise_image_error_with_reason(data, words):
         decode(data)
 
 
+def test_a_parser_failure_of_any_type_is_an_image_error_naming_it():
+    """Pillow raises TypeError, not an image error, counting this TIFF's frames; decode's contract is ImageError only."""
+    with pytest.raises(ImageError, match="^cannot decode TIFF: TypeError: Missing dimensions$"):
+        decode(tiff_without_frame_width())
+
+
 def test_truncated_jpeg_is_an_error_not_gray_pixels():
     data = encode(noise(400, 300), "JPEG")
     with pytest.raises(ImageError, match="truncated"):
@@ -355,6 +381,38 @@ def test_bad_inputs_each_decode_or_become_a_reject_with_reason(tmp_path):
     assert len(set(table.column("id").to_pylist())) == table.num_rows
     by_source = dict(zip(written, table.column("label_name").to_pylist()))
     assert {n for s, n in by_source.items()} <= {"ants", "bees"}
+
+
+class HeldItems(Progress):
+    """Records the item in hand as the sandbox's mark does (the index, or None while idle)."""
+
+    held: int | None = None
+
+    def items(self, items, name=str):
+        for i, item in enumerate(items):
+            self.held = i
+            yield item, None
+            self.held = None
+
+    @contextlib.contextmanager
+    def idle(self):
+        held, self.held = self.held, None
+        try:
+            yield
+        finally:
+            self.held = held
+
+
+def test_rows_are_handed_to_the_writer_with_no_image_in_hand(tmp_path):
+    """The writer's time, and any stall or crash in it, must not be charged to the image that filled the batch."""
+    root = tmp_path / "tree"
+    (root / "a").mkdir(parents=True)
+    for i in range(_BATCH_ROWS + 3):
+        (root / "a" / f"{i:03}.png").write_bytes(encode(noise(8, 8, i), "PNG"))
+    cfg = config(tmp_path, input=str(root), size=8, images_per_chunk=1000)
+    planned, progress = plan(cfg), HeldItems()
+    out = ImageChunkWorker(cfg, planned.labels, S3Options())(planned.chunks[0], progress)
+    assert [(batch.num_rows, progress.held) for batch in out.table] == [(_BATCH_ROWS, None), (3, None)]
 
 
 @needs_photos

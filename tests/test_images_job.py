@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from prep.io import lance_tables
+from prep.contracts.table import read_table_metadata
 from prep.cli import main as cli_main
 from prep.runtime.config import load_config
 from prep.errors import PrepError
@@ -30,7 +31,7 @@ pytestmark = [
 
 
 def pixels(ds: lance.LanceDataset, rows: list[int] | None = None) -> np.ndarray:
-    h, w, c = lance_tables.prep_metadata(ds)["image"]["shape"]
+    h, w, c = read_table_metadata(ds, 't').to_json()["image"]["shape"]
     table = ds.take(rows, columns=["image"]) if rows is not None else ds.to_table(columns=["image"])
     return table.column("image").combine_chunks().flatten().to_numpy().reshape(-1, h, w, c)
 
@@ -46,7 +47,7 @@ def hymenoptera_table(ray_local, tmp_path_factory) -> lance.LanceDataset:
 
 def test_hymenoptera_becomes_a_table_with_contract_columns_labels_and_counts(hymenoptera_table):
     ds = hymenoptera_table
-    meta = lance_tables.prep_metadata(ds)
+    meta = read_table_metadata(ds, 't').to_json()
     assert ds.count_rows() == 245
     assert str(ds.schema.field("image").type) == "fixed_size_list<item: uint8>[150528]"
     assert [f.name for f in ds.schema] == ["id", "image", "label", "label_name", "source"]
@@ -100,6 +101,24 @@ def test_bad_inputs_are_written_or_rejected_and_counts_reconcile(ray_local, tmp_
     assert {Path(s).relative_to(root).as_posix() for s in written} == set(GOOD)
 
 
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_a_failure_not_about_one_image_fails_the_job_in_one_line_without_the_writers_traceback(executor, request, tmp_path):
+    """An unreadable path (here a file used as a folder) is not a property of the image: the job fails naming it,
+    in the reader's own words, not wrapped in the Lance writer's error and Python traceback."""
+    if executor == "ray":
+        request.getfixturevalue("ray_local")
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    shutil.copy(photos(1)[0], tmp_path / "photo.jpg")
+    (tmp_path / "m.csv").write_text("path,label\nphoto.jpg,0\nnotes.txt/x.jpg,1\n")
+    cfg = load_config(ImagesConfig, None, input=str(tmp_path / "m.csv"), output=str(tmp_path / "o.lance"), size=16, executor=executor)
+    with pytest.raises(PrepError) as err:
+        run_decode_images(cfg)
+    message = str(err.value)
+    assert "\n" not in message and "Traceback" not in message and "Lance" not in message, message
+    assert f"{tmp_path / 'notes.txt' / 'x.jpg'}: cannot read (NotADirectoryError" in message, message
+    assert not lance_tables.table_exists(cfg.output)
+
+
 def test_existing_output_needs_overwrite(ray_local, tmp_path):
     root = tmp_path / "t" / "ants"
     root.mkdir(parents=True)
@@ -119,7 +138,7 @@ def test_encoded_bytes_and_original_blobs_survive_the_commit(ray_local, tmp_path
     cfg = load_config(ImagesConfig, CONFIG, input=str(root), output=str(out), store_pixels=False, encode="webp", keep_original=True)
     summary = run_decode_images(cfg)
     ds = lance.dataset(str(out))
-    assert "image" not in ds.schema.names and lance_tables.prep_metadata(ds)["encoded"]["format"] == "webp"
+    assert "image" not in ds.schema.names and read_table_metadata(ds, 't').to_json()["encoded"]["format"] == "webp"
     sources = ds.to_table(columns=["source"]).column("source").to_pylist()
     blobs = ds.take_blobs("original", indices=[0, 2])
     assert [b.read() for b in blobs] == [Path(sources[0]).read_bytes(), Path(sources[2]).read_bytes()]
@@ -185,4 +204,4 @@ def test_ray_job_submit_runs_the_pipeline_on_a_real_head(ray_head, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "succeeded" in proc.stdout + proc.stderr
     ds = lance.dataset(str(out))
-    assert ds.count_rows() == 4 and lance_tables.prep_metadata(ds)["labels"] == sorted({p.parent.name for p in photos(4)})
+    assert ds.count_rows() == 4 and read_table_metadata(ds, 't').to_json()["labels"] == sorted({p.parent.name for p in photos(4)})

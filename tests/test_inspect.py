@@ -17,6 +17,7 @@ import pytest
 import reader_fixtures as rf
 import tables
 from prep.io import lance_tables
+from prep.contracts.table import METADATA_KEY, read_table_metadata
 from prep.cli import main
 from prep.materialize import materialize_shuffle
 
@@ -132,8 +133,9 @@ def test_a_path_that_is_not_a_table_is_one_line(prepared, capsys, tmp_path):
 def test_a_table_from_a_newer_prep_is_one_line(prepared, capsys, tmp_path):
     path = shutil.copytree(prepared["table"], str(tmp_path / "newer.lance"))
     ds = lance.dataset(path)
-    meta = {**lance_tables.prep_metadata(ds), "format": "prep.table/2", "prep_version": "9.0.0"}
-    lance_tables.commit_table(path, ds.schema, [f.metadata for f in ds.get_fragments()], metadata=meta)
+    meta = {**read_table_metadata(ds, path).to_json(), "format": "prep.table/2", "prep_version": "9.0.0"}
+    schema = ds.schema.with_metadata({**ds.schema.metadata, METADATA_KEY: json.dumps(meta)})
+    lance_tables.commit_table(path, schema, [f.metadata for f in ds.get_fragments()])
     _one_line(capsys, ["inspect", path], "prep.table/2", "prep 9.0.0", "upgrade prep")
 
 

@@ -2,18 +2,24 @@
 
 A worker process that dies (a native decoder's SIGSEGV, an OOM kill, an exit) or an
 item that never finishes must cost only that item: it is rejected with the reason and
-every other row is written exactly as in a clean run.
+every other row is written exactly as in a clean run. A death that the item alone does
+not cause again costs nothing: the chunk runs again. Any exception raised for one item,
+whatever its type, is a reject too.
 """
 
 from __future__ import annotations
 
+import builtins
 import io
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import lance
@@ -27,9 +33,13 @@ from prep.io import lance_tables
 from prep.runtime.config import load_config
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
+from prep.prepare.chunk_runner import ChunkOutput, run_chunks
+from prep.prepare.faults import ENV as RAISE_ENV
 from prep.prepare.images.job import run_decode_images
-from prep.prepare.isolation import FAULTS_ENV
+from prep.prepare.isolation import FAULTS_ENV, stop_sandboxes
+from prep.prepare.rejects import Reject
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+from test_images import encode, noise
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,6 +98,61 @@ def test_a_worker_that_segfaults_on_one_item_does_not_hang_the_job(tmp_path):
     assert [c["rows_rejected"] for c in counts] == [0, 1, 0]
 
 
+@dataclass(frozen=True)
+class DiesOnce:
+    """Kills its own process the first time it reaches ``at`` (an item, or None: after the last
+    item), as a signal sent to the whole process would: a death the item does not cause."""
+
+    at: str | None
+    marker: str
+
+    def __call__(self, chunk, progress):
+        rows, rejects = [], []
+        for item, poison in progress.items(chunk):
+            if poison is not None:
+                rejects.append(Reject("mem://items", f"item {item}", poison))
+                continue
+            if item == self.at:
+                self._die_once()
+            rows.append(item)
+        if self.at is None:
+            self._die_once()
+        counts = Counter(rows_read=len(chunk), rows_accepted=len(rows), rows_written=len(rows), rows_rejected=len(rejects))
+        return ChunkOutput(pa.table({"item": pa.array(rows, pa.string())}), rejects, counts)
+
+    def _die_once(self) -> None:
+        if not os.path.exists(self.marker):
+            Path(self.marker).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("at", ["c", None], ids=["while-an-item-is-in-hand", "outside-any-item"])
+def test_a_death_the_item_alone_does_not_cause_again_rejects_nothing_and_is_counted(at, tmp_path):
+    """The mark names the item in hand, not the cause: the item is poisoned only if it kills a fresh process alone."""
+    results = run_chunks([["a", "b", "c", "d"]], DiesOnce(at, str(tmp_path / "died")), executor="local", local_workers=1,
+                         output_uri=str(tmp_path / "t.lance"), rejects_uri=str(tmp_path / "r.lance"))
+    assert (tmp_path / "died").exists()
+    (result,) = results
+    assert (result.counts["rows_written"], result.counts["rows_rejected"], result.counts["chunk_restarts"]) == (4, 0, 1)
+    assert result.reject_fragments == []
+    ds = lance_tables.commit_table(str(tmp_path / "t.lance"), pa.schema([("item", pa.string())]), result.fragments)
+    assert ds.to_table().column("item").to_pylist() == ["a", "b", "c", "d"]
+
+
+def test_the_sandbox_imports_the_code_its_parent_runs_not_a_prep_folder_in_the_cwd(tmp_path, monkeypatch):
+    """``python -m`` puts the current folder first on sys.path: run from another checkout, the sandbox ran its code."""
+    decoy = tmp_path / "elsewhere"
+    (decoy / "prep" / "prepare").mkdir(parents=True)
+    (decoy / "prep" / "__init__.py").write_text("")
+    (decoy / "prep" / "prepare" / "__init__.py").write_text("")
+    (decoy / "prep" / "prepare" / "isolation.py").write_text("raise SystemExit('the decoy ran')\n")
+    monkeypatch.chdir(decoy)
+    stop_sandboxes()  # the next chunk starts a fresh one, from here
+    (result,) = run_chunks([["a", "b"]], DiesOnce("not an item", str(tmp_path / "died")), executor="local", local_workers=1,
+                           output_uri=str(tmp_path / "t.lance"), rejects_uri=str(tmp_path / "r.lance"))
+    assert (result.counts["rows_written"], result.counts["chunk_restarts"]) == (2, 0)
+
+
 # ---------------------------------------------------------------- the real jobs, with injected faults
 
 HYMENOPTERA = REPO.parent / "shared" / "data" / "hymenoptera" / "train"
@@ -121,10 +186,10 @@ def test_an_image_that_segfaults_and_one_that_hangs_are_rejected_and_the_rest_is
     clean = run_decode_images(images_config(photo_tree, tmp_path / "clean.lance"))
     monkeypatch.setenv(FAULTS_ENV, f"segv:{crash};hang:{hang}")
     s = run_decode_images(images_config(photo_tree, tmp_path / "faulty.lance", item_timeout_s=5))
+    rejects = {r["source"]: r for r in lance.dataset(s["rejects"]).to_table().to_pylist()}
+    assert set(rejects) == {crash, hang}, {k: r["reason"] for k, r in rejects.items()}
     assert (clean["rows_read"], clean["rows_written"], clean["rows_rejected"]) == (24, 24, 0)
     assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (24, 22, 2)
-    rejects = {r["source"]: r for r in lance.dataset(s["rejects"]).to_table().to_pylist()}
-    assert set(rejects) == {crash, hang}
     assert "crashed with signal 11 (SIGSEGV)" in rejects[crash]["reason"]
     assert "timed out after 5 s" in rejects[hang]["reason"]
     want = without(lance.dataset(clean["table"]).to_table(), "source", [crash, hang])
@@ -209,3 +274,34 @@ def test_the_real_decoder_on_truncated_and_bit_flipped_files_writes_or_rejects_e
     rejected = lance.dataset(s["rejects"]).to_table(columns=["source"]).column("source").to_pylist()
     assert sorted(written + rejected) == [str(p) for p in files]
     assert s["rows_written"] > 0 and s["rows_rejected"] > 0
+
+
+# ---------------------------------------------------------------- any exception, at any image stage
+
+BUILTIN_ERRORS = sorted({c for c in vars(builtins).values() if isinstance(c, type) and issubclass(c, Exception)},
+                        key=lambda c: c.__name__)
+STAGES = ("decode", "resize", "encode")
+
+
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_any_builtin_exception_at_any_image_stage_rejects_that_image_alone(executor, ray_local, tmp_path, monkeypatch):
+    """Each built-in exception type, raised at each stage for one named image: the job completes, that image
+    is rejected with the stage, the type and the message, and every other image is written."""
+    root = tmp_path / "tree"
+    (root / "x").mkdir(parents=True)
+    faulty = {f"{stage}-{exc.__name__}.png": (stage, exc.__name__) for stage, exc in itertools.product(STAGES, BUILTIN_ERRORS)}
+    clean = [f"clean-{i}.png" for i in range(5)]
+    for i, name in enumerate(sorted([*faulty, *clean])):
+        (root / "x" / name).write_bytes(encode(noise(12, 10, i), "PNG"))
+    monkeypatch.setenv(RAISE_ENV, ";".join(f"{stage}:{exc}:/{name}" for name, (stage, exc) in faulty.items()))
+    cfg = images_config(root, tmp_path / "out.lance", size=8, encode="jpeg", images_per_chunk=64, executor=executor)
+    s = run_decode_images(cfg)
+    rejected = {Path(r["source"]).name: r["reason"] for r in lance.dataset(s["rejects"]).to_table().to_pylist()}
+    assert set(rejected) == set(faulty), set(rejected) ^ set(faulty)
+    for name, (stage, exc) in faulty.items():
+        reason = rejected[name]
+        assert reason.startswith(f"{stage} failed: {exc}: ") and f"injected at {stage} for " in reason, reason
+    written = lance.dataset(s["table"]).to_table(columns=["source", "encoded"])
+    assert sorted(Path(p).name for p in written.column("source").to_pylist()) == clean
+    assert all(blob[:2] == b"\xff\xd8" for blob in written.column("encoded").to_pylist())  # each row its own JPEG
+    assert (s["rows_read"], s["rows_written"], s["rows_rejected"]) == (len(faulty) + len(clean), len(clean), len(faulty))

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 import tables
+from prep.cli import main as cli_main
 from prep.errors import PrepError
 from prep.contracts.manifest import Manifest
 from prep.materialize import local, materialize_shuffle
+from prep.materialize.table import hold_groups
 from prep.materialize.verify import verify
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,7 +58,7 @@ def test_local_executor_beyond_its_memory_budget_writes_the_same(synthetic, tmp_
     kw = dict(table=synthetic, epochs=2, splits=7, strategy=strategy, clump=clump, executor="local", read_rows=300)
     whole = materialize_shuffle(output=str(tmp_path / "whole"), **kw)
     monkeypatch.setattr(local, "HOLD_BYTES", 40_000)  # the table is ~1 MB: 7 groups of one split
-    assert len(local._groups(7, 1_000_000)) == 7
+    assert len(hold_groups(7, 1_000_000, local.HOLD_BYTES)) == 7
     parts = materialize_shuffle(output=str(tmp_path / "parts"), **kw)
     _same_output(str(tmp_path / "whole"), str(tmp_path / "parts"), whole, parts)
 
@@ -119,3 +121,12 @@ def test_a_failing_local_read_names_where_and_leaves_no_manifest(tmp_path):
     with pytest.raises(PrepError, match=r"^reading the rows of splits 0\.\.3: "):
         materialize_shuffle(table=src, output=str(out), epochs=1, splits=4, executor="local")
     assert not (out / "manifest.json").exists()
+
+
+def test_a_filter_of_more_than_one_expression_is_one_line_exit_2(synthetic, tmp_path, capsys):
+    """Issue 21 #11: Lance read "length > 300" and silently ignored the rest."""
+    rc = cli_main(["materialize-shuffle", "--table", synthetic, "--output", str(tmp_path / "o"), "--epochs", "1",
+                   "--filter", "length > 300; anything at all", "--executor", "local"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "must be one SQL expression" in err[0], err
+    assert not (tmp_path / "o").exists()

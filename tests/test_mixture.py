@@ -181,7 +181,7 @@ def test_a_run_killed_midway_then_rerun_writes_what_an_uninterrupted_run_writes_
 def test_taking_rows_from_the_tables_writes_what_holding_them_writes(tables, tmp_path, monkeypatch):
     plan = mixture(tables, {"gsm8k": 3, "other": 1}, gsm8k={"filter": "length <= 200"})
     held = materialize_mixture(mixture=plan, output=str(tmp_path / "held"), epochs=1, executor="local")
-    monkeypatch.setattr("prep.materialize.mixture.HOLD_BYTES", 0)  # too big to hold: each split takes from the tables
+    monkeypatch.setattr("prep.materialize.local.HOLD_BYTES", 0)  # too big to hold: each split takes from the tables
     taken = materialize_mixture(mixture=plan, output=str(tmp_path / "taken"), epochs=1, executor="local", read_rows=7)
     assert [e.splits for e in taken.epochs] == [e.splits for e in held.epochs]
     assert taken.mixture[0].selected_rows < taken.mixture[0].num_rows
@@ -254,7 +254,7 @@ def test_the_mixture_file_is_strict_and_the_cli_materializes_it(tables, tmp_path
     with pytest.raises(PrepError, match=r"bad.yaml: key 'sources.0.wieght': Extra inputs are not permitted"):
         load_mixture(bad, S)
     bad.write_text(f"weight_by: rows\nglobal_batch: '{G}'\nsources:\n  - {{table: {tables['gsm8k']}, weight: 1}}\n")
-    with pytest.raises(PrepError, match=r"bad.yaml: key 'global_batch'"):
+    with pytest.raises(PrepError, match=rf"bad.yaml: plan.mixture.global_batch='{G}' must be an integer >= 1 \(read as the string"):
         load_mixture(bad, S)
     good = tmp_path / "mix.yaml"  # the five lines of docs/materialize.md
     good.write_text(f"weight_by: rows\nglobal_batch: {G}\nsources:\n  - {{table: {tables['gsm8k']}, weight: 3, filter: 'length <= 256'}}\n"

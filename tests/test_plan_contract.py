@@ -44,6 +44,10 @@ def test_spec_json_round_trips_and_its_fingerprint_is_the_one_earlier_prep_wrote
         ({"hash_columns": "id"}, "plan.hash_columns='id' must be a list of column names"),
         ({"columns": [1]}, "plan.columns=[1] must be a list of column names"),
         ({"filter": ""}, "plan.filter='' must be a non-empty"),
+        ({"filter": "length > 300; anything at all"},  # issue 21 #11: Lance would drop what follows the ';'
+         "plan.filter='length > 300; anything at all' must be one SQL expression: Lance would read 'length > 300'"),
+        ({"num_splits": 2, "mixture": {"sources": [{"table": "a", "weight": float("inf")}], "weight_by": "rows",
+                                        "global_batch": 8}}, "weight=inf must be a finite number > 0"),
         ({"strategy": "hash", "hash_columns": []}, "plan.hash_columns must name at least one column"),
         ({"mixture": {"sources": [], "weight_by": "rows", "global_batch": 8}}, "plan.mixture.sources must list at least one"),
         ({"mixture": {"sources": [{"table": "a", "weight": 1}]}}, "plan.mixture is missing keys ['weight_by', 'global_batch']"),
@@ -90,6 +94,12 @@ def test_manifest_reads_back_what_was_written(written):
         manifest.epoch(5)
 
 
+def _tokenizer(manifest: dict, **values) -> dict:
+    """``manifest`` with its source tokenizer's ``values`` replaced (issue 21 #13: the reader padded with -5)."""
+    meta = manifest["source"]["metadata"]
+    return {**manifest, "source": {**manifest["source"], "metadata": {**meta, "tokenizer": {**meta["tokenizer"], **values}}}}
+
+
 @pytest.mark.parametrize(
     "damage,says",
     [
@@ -99,8 +109,15 @@ def test_manifest_reads_back_what_was_written(written):
         (lambda m: {**m, "plan": {**m["plan"], "speed": 2}}, "plan has unknown keys ['speed']"),
         (lambda m: {**m, "source": {**m["source"], "metadata": None}}, "metadata (an object)"),
         (lambda m: {**m, "epochs": m["epochs"] + m["epochs"][:1]}, "lists an epoch twice"),
+        (lambda m: _tokenizer(m, pad_id=-5), "source.metadata: prep table metadata tokenizer.pad_id=-5 must be a token id: an integer >= 0"),
+        (lambda m: _tokenizer(m, pad_id=10**6), "source.metadata: prep table metadata tokenizer.pad_id=1000000 must be a token id: an integer >= 0 and < vocab_size"),
+        (lambda m: _tokenizer(m, vocab_size=0), "source.metadata: prep table metadata tokenizer.vocab_size=0 must be an integer >= 1"),
+        (lambda m: {**m, "source": {**m["source"], "metadata": {**m["source"]["metadata"], "counts": {"rows_read": -3}}}},
+         "source.metadata: prep table metadata counts.rows_read=-3 must be an integer >= 0"),
+        (lambda m: {**m, "num_selected_rows": -1}, "num_selected_rows=-1 must be an integer >= 0"),
     ],
-    ids=["old-format", "unknown-key", "bad-plan-value", "unknown-plan-key", "no-metadata", "epoch-twice"],
+    ids=["old-format", "unknown-key", "bad-plan-value", "unknown-plan-key", "no-metadata", "epoch-twice", "pad-negative",
+         "pad-beyond-vocab", "no-vocab", "negative-count", "negative-rows"],
 )
 def test_a_manifest_from_another_prep_or_edited_is_one_line_saying_to_rerun_materialize(written, tmp_path, damage, says):
     out, manifest = written

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from prep.errors import PrepError
-from prep.io.lance_tables import prep_metadata, table_exists
+from prep.contracts.table import read_table_metadata
+from prep.io.lance_tables import table_exists
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 from prep.prepare.text.tokenizer import load_tokenizer
 
@@ -36,7 +37,7 @@ def test_gsm8k_full_table_has_contract_columns_counts_and_metadata(tokenizer_dir
     assert ds.schema.field("id").type == pa.uint64()
     assert ds.schema.field("input_ids").type == pa.list_(pa.int32())
     assert ds.schema.field("loss_mask").type == pa.list_(pa.int8())
-    meta = prep_metadata(ds)
+    meta = read_table_metadata(ds, 't').to_json()
     assert meta["kind"] == "sft" and meta["counts"]["tokens"] == s["tokens"] > 1_000_000
     assert meta["counts"]["rows_rejected"] == 0 and meta["counts"]["rows_read"] == 7473
     assert meta["tokenizer"]["eos_id"] == 2 and len(meta["tokenizer"]["hash"]) == 64
@@ -90,7 +91,7 @@ def test_bad_rows_are_rejected_with_reasons_and_counts_reconcile(tokenizer_dir, 
     assert reasons[("a.jsonl", "line 8")].endswith("tokens > max_length 64")
     assert reasons[("a.jsonl", "line 9")].startswith("invalid UTF-8")
     assert reasons[("empty.jsonl", "file")] == "empty file"
-    assert prep_metadata(lance.dataset(tmp_path / "t.lance"))["counts"]["blank_lines"] == 1
+    assert read_table_metadata(lance.dataset(tmp_path / "t.lance"), "t").to_json()["counts"]["blank_lines"] == 1
 
 
 def test_split_policy_keeps_all_tokens_as_extra_rows(tokenizer_dir, gsm8k_small, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 
@@ -17,15 +18,12 @@ from prep.materialize import materialize_shuffle
 from prep.cache.prewarm import prewarm
 from prep.materialize.verify import verify
 
-pytestmark = pytest.mark.usefixtures("ray_local")
-
-
 @pytest.fixture(scope="module")
 def materialized(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("prewarm")
     src = tables.synthetic_table(str(root / "t.lance"), num_rows=900, max_len=40)
     out = str(root / "out")
-    materialize_shuffle(table=src, output=out, epochs=2, splits=8)
+    materialize_shuffle(table=src, output=out, epochs=2, splits=8, executor="local")
     return out
 
 
@@ -89,7 +87,7 @@ def test_prewarm_refuses_a_non_empty_cache_it_did_not_write(materialized, tmp_pa
     (cache / "epoch-00000" / "split-00000.lance").write_bytes(b"mine")
     (cache / "manifest.json").write_text("{}")
     for overwrite in (False, True):
-        with pytest.raises(PrepError, match=r"--cache .* is not empty and is not a prep prewarm cache"):
+        with pytest.raises(PrepError, match=r"cache .* is not empty and is not a prep prewarm cache"):
             prewarm(materialized, cache=str(cache), overwrite=overwrite)
     assert (cache / "epoch-00000" / "split-00000.lance").read_bytes() == b"mine"
     assert (cache / "manifest.json").read_text() == "{}"
@@ -111,3 +109,88 @@ def test_materialize_verify_and_prewarm_through_s3(s3_env, s3_bucket, tmp_path):
     assert sum(lance.dataset(str(tmp_path / "cache" / split_path(0, sp))).count_rows() for sp in (2, 3)) == sum(
         sp.num_rows for sp in m.epoch(0).splits[2:]
     )
+
+
+def _other_materialization(cache) -> None:
+    """Makes ``cache`` look like the cache of another materialization (its marker names another fingerprint)."""
+    m = (cache / "_prep_cache.json").read_text().replace('"fingerprint": "', '"fingerprint": "x')
+    (cache / "_prep_cache.json").write_text(m)
+
+
+def test_prewarm_overwrite_keeps_the_empty_folders_a_user_made(materialized, tmp_path):
+    cache = tmp_path / "cache"
+    prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[0])
+    for rel in ("my-empty-folder", "epoch-00007", "epoch-00000/mine"):
+        (cache / rel).mkdir()
+    _other_materialization(cache)
+    prewarm(materialized, cache=str(cache), rank=1, world_size=8, epochs=[1], overwrite=True)
+    assert all((cache / rel).is_dir() for rel in ("my-empty-folder", "epoch-00007", "epoch-00000/mine"))
+    assert _cached(cache) == [split_path(1, 1)]
+
+
+def _fsync_fails_for_records(real_fsync):
+    def fsync(fd: int) -> None:
+        if ".json.tmp-" in os.readlink(f"/proc/self/fd/{fd}") and "/epoch-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+
+    return fsync
+
+
+def test_prewarm_on_a_full_disk_leaves_no_temp_files_and_the_rerun_completes(materialized, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(os, "fsync", _fsync_fails_for_records(os.fsync))
+    with pytest.raises(OSError, match="No space left"):
+        prewarm(materialized, cache=str(cache), rank=0, world_size=8, threads=1)
+    assert not glob.glob(f"{cache}/**/*.tmp-*", recursive=True)
+    monkeypatch.undo()
+    assert prewarm(materialized, cache=str(cache), rank=0, world_size=8)["copied"] == 2
+
+
+def test_what_a_killed_prewarm_left_is_removed_by_the_next_run(materialized, tmp_path):
+    cache = tmp_path / "cache"
+    prewarm(materialized, cache=str(cache), rank=0, world_size=8)
+    left = [cache / "epoch-00001" / "split-00005.copy.json.tmp-0123456789ab", cache / "manifest.json.tmp-0123456789ab",
+            cache / "epoch-00000" / "split-00000.lance.tmp-0123456789ab"]
+    for path in left:
+        path.write_text("{")
+    (cache / "notes.tmp-1").write_text("mine")
+    assert prewarm(materialized, cache=str(cache), rank=0, world_size=8)["cached"] == 2  # another rank's leftovers too
+    assert not any(path.exists() for path in left) and (cache / "notes.tmp-1").read_text() == "mine"
+
+
+def test_reading_with_the_cache_of_another_materialization_says_what_to_do(materialized, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[0])
+    _other_materialization(cache)
+    code = cli_main(["read", materialized, "--global-batch-size", "8", "--max-steps", "1", "--cache-dir", str(cache)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err, err
+    assert "use another cache directory, or replace it with `prep prewarm" in err and f"--cache {cache} --overwrite`" in err
+
+
+def test_overwrite_never_replaces_a_cache_another_process_uses(materialized, tmp_path):
+    from prep.cache.store import SplitCache
+
+    cache = tmp_path / "cache"
+    prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[0])
+    _other_materialization(cache)
+    before = _cached(cache)
+    user = SplitCache(str(cache), source=materialized + "-x", manifest=_manifest_of(cache))
+    try:
+        with pytest.raises(PrepError, match=rf"and it is in use by prep prewarm \(host \S+, pid {os.getpid()}, started "):
+            prewarm(materialized, cache=str(cache), rank=0, world_size=8, overwrite=True)
+        assert _cached(cache) == before
+    finally:
+        user.close()
+    assert prewarm(materialized, cache=str(cache), rank=0, world_size=8, overwrite=True)["copied"] == 2
+
+
+def _manifest_of(cache):
+    """The manifest of the materialization the tampered marker names (the one a user of that cache would read)."""
+    from dataclasses import replace
+
+    from prep.contracts.manifest import read_manifest
+
+    marker = json.loads((cache / "_prep_cache.json").read_text())
+    return replace(read_manifest(str(cache)), fingerprint=marker["fingerprint"])

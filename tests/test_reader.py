@@ -120,8 +120,7 @@ def test_batches_are_padded_with_the_tokenizer_pad_id_and_labels_mask_prompt_and
     source = rf.gsm8k_sft(600)
     by_id = {int(i): k for k, i in enumerate(source.column("id").to_numpy())}
     tokens, masks = source.column("input_ids").to_pylist(), source.column("loss_mask").to_pylist()
-    pad = manifest.source.metadata["tokenizer"]["pad_id"]
-    pad = manifest.source.metadata["tokenizer"]["eos_id"] if pad is None else pad
+    pad = manifest.source.metadata.tokenizer.pad_or_eos
     batch = next(iter(ReaderDataset(path, global_batch_size=G, pad_to_multiple_of=64, return_loss_mask=True)))
     ids, labels, attn = batch["input_ids"], batch["labels"], batch["attention_mask"]
     assert ids.dtype == labels.dtype == attn.dtype == torch.int64 and ids.shape[1] % 64 == 0

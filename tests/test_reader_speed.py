@@ -171,7 +171,7 @@ def test_a_ready_batch_is_handed_over_while_io_is_behind():
     path, _ = rf.cached_output("sft48")
     layout = Materialized.open(path)
     schedule = Schedule.build(layout.split_rows, layout.epochs, 2)
-    spec = spec_from_metadata(layout.metadata, layout.columns)
+    spec = spec_from_metadata(layout.metadata)
     gate = _Gate(ChunkSource(layout=layout, schedule=schedule, splits=range(48), columns=spec.columns, max_steps=4))
     batcher = Batcher(Prefetcher(gate, depth=2, name="io"), schedule=schedule, spec=spec, ahead=4)
     got: list = []

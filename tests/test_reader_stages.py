@@ -60,7 +60,7 @@ def parts():
     path, _ = rf.cached_output("sft48")
     layout = Materialized.open(path)
     schedule = Schedule.build(layout.split_rows, layout.epochs, 2)
-    spec = spec_from_metadata(layout.metadata, layout.columns)
+    spec = spec_from_metadata(layout.metadata)
     return layout, schedule, spec
 
 

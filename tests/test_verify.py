@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 
+import lance
 import pyarrow as pa
 import pytest
 
@@ -16,8 +17,6 @@ from prep.contracts.manifest import split_path
 from prep.materialize import materialize_shuffle
 from prep.io.checksum import Checksum, table_checksum
 from prep.materialize.verify import verify
-
-pytestmark = pytest.mark.usefixtures("ray_local")
 
 
 def _mixed_table() -> pa.Table:
@@ -70,7 +69,7 @@ def pristine(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("verify")
     src = tables.synthetic_table(str(root / "t.lance"), num_rows=800, max_len=40)
     out = str(root / "out")
-    materialize_shuffle(table=src, output=out, epochs=2, splits=4, seed=5)
+    materialize_shuffle(table=src, output=out, epochs=2, splits=4, seed=5, executor="local")
     return out
 
 
@@ -121,3 +120,34 @@ def test_verify_without_manifest_says_the_run_did_not_finish(materialized):
     with pytest.raises(PrepError, match="has not finished: rerun it"):
         verify(materialized)
     assert cli_main(["verify", materialized]) == 2
+
+
+def _rewrite_split(out: str, epoch: int, split: int, edit) -> None:
+    uri = os.path.join(out, split_path(epoch, split))
+    table = edit(lance.dataset(uri).to_table())
+    shutil.rmtree(uri)
+    lance.write_dataset(table, uri, data_storage_version="2.0")
+
+
+def test_verify_names_the_first_row_that_differs_when_only_the_last_is_missing(materialized):
+    """Issue 21 #16: it said "first at row 0" when only the last row was missing."""
+    _rewrite_split(materialized, 0, 2, lambda t: t.slice(0, t.num_rows - 1))
+    rows = verify(materialized).problems
+    want = [p for p in rows if "epoch 0 split 2: ids differ from the plan" in p]
+    assert want == ["epoch 0 split 2: ids differ from the plan (first at row 199: the plan has 200 rows, the split 199)"]
+
+
+def test_verify_names_the_first_row_that_differs_in_the_middle(materialized):
+    _rewrite_split(materialized, 1, 0, lambda t: pa.concat_tables([t.slice(0, 7), t.slice(8, 1), t.slice(8)]))
+    text = "\n".join(verify(materialized).problems)
+    assert "epoch 1 split 0: ids differ from the plan (first at row 7: the plan has " in text and "(1 rows differ)" in text
+
+
+def test_verify_finds_token_ids_outside_the_vocabulary_the_manifest_records(materialized):
+    path = os.path.join(materialized, "manifest.json")
+    m = json.load(open(path))
+    m["source"]["metadata"]["tokenizer"]["vocab_size"] = 100  # its special ids (0, 1, 2) still fit; its tokens do not
+    json.dump(m, open(path, "w"))
+    report = verify(materialized)
+    assert any(p.startswith("epoch 0 split 0: token ids range over [") and
+               "outside the tokenizer's vocabulary [0, 100)" in p for p in report.problems), report.problems

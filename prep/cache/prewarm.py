@@ -15,16 +15,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-
-from prep.io import storage
-
-
-from prep.runtime import world
 from prep.cache.store import SplitCache
-from prep.errors import PrepError
 from prep.contracts.manifest import read_manifest
-from prep.runtime.progress import Bar
+from prep.errors import PrepError
+from prep.io import storage
 from prep.io.transfer import Fetcher
+from prep.runtime import world
+from prep.runtime.progress import Bar
 
 __all__ = ["prewarm"]
 
@@ -99,6 +96,7 @@ def prewarm(
     finally:
         bar.close()
         fetcher.shutdown()
+        store.close()
     counters = fetcher.counters()
     summary = {"cache": store.root, "rank": rank, "world_size": world_size, "splits": list(splits), "epochs": wanted,
                "copied": len(fetched), "cached": len(keys) - len(todo), "skipped": len(skipped),

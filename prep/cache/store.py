@@ -1,73 +1,41 @@
 """A local cache of one materialized output's splits: verified copies, bounded in size, shared by processes.
 
-Layout (the materialized output's, so the directory also opens as an output)::
-
-    CACHE/_prep_cache.json                   whose cache this is (source, fingerprint); written first
-    CACHE/manifest.json                      the source's manifest
-    CACHE/epoch-EEEEE/split-SSSSS.lance/     a copy, complete (renamed into place whole)
-    CACHE/epoch-EEEEE/split-SSSSS.done.json  its record: rows + checksum (as the manifest says),
-                                             and the size + CRC-32 of every file; written last
-    CACHE/_locks/epoch-EEEEE-split-SSSSS.lock
-
+The layout and the copy record are :mod:`prep.cache.records`'s; how processes share the
+cache, :mod:`prep.cache.locks`'s; what is evicted to make room, :mod:`prep.cache.eviction`'s.
 A copy counts only with a record that matches the manifest and files that match the
-record (sizes on every open, CRC-32 of the content once per process), so a kill at any moment, a truncated
-or flipped file, or a copy of another materialization is fetched again, never used.
-Processes coordinate with ``flock``: a fetch holds its split's lock exclusively, a reader
-holds it shared while the split is open (:class:`Lease`), and eviction takes it only
-without waiting, so nothing in use by any process is ever evicted. Locks die with their
-process, SIGKILL included.
+record (sizes on every open, CRC-32 of the content once per process), so a kill at any
+moment, a truncated or flipped file, or a copy of another materialization is fetched
+again, never used. The cache is claimed with prep's marker (:data:`CACHE_MARKER`, written
+by :func:`prep.contracts.ownership.write_marker`): prep writes only into an empty folder or
+its own cache, and replacing another materialization's cache (``overwrite``) removes only
+the cache's own files (:func:`prep.contracts.ownership.remove_owned`), only while no other
+process uses it.
 """
 
 from __future__ import annotations
 
-import fcntl
 import glob
-import hashlib
-import json
 import logging
 import os
-import re
 import threading
-import zlib
-from contextlib import contextmanager
-from typing import Callable, Iterator
 
+from prep.cache import eviction, locks
+from prep.cache.eviction import Priority
+from prep.cache.records import CacheLayout, CopyRecord, Key, crc32
+from prep.contracts.manifest import MANIFEST, Manifest, read_manifest, split_path
+from prep.contracts.ownership import CACHE_MARKER, remove_owned, write_marker
+from prep.errors import PrepError, one_line
 from prep.io import storage
 from prep.io.checksum import dataset_checksum
-from prep.errors import PrepError, one_line
 from prep.io.jsonfile import read_json_file
-from prep.contracts.manifest import MANIFEST, Manifest, read_manifest, split_path, write_manifest
-from prep.contracts.materialized import owned_entries
 from prep.io.transfer import Fetcher, remove_tree
 
-__all__ = ["SplitCache", "Lease", "Key", "MARKER", "Priority"]
+__all__ = ["SplitCache", "Key", "Priority", "JOB"]
 
 log = logging.getLogger(__name__)
 
-MARKER = "_prep_cache.json"
-LOCKS = "_locks"
-_JOB = "prep prewarm"  # the marker's writer: prewarm and the reader share one layout
-_FIX = "choose an empty or new --cache (prep never deletes what it did not write)"
-_RECORD = re.compile(r"epoch-(\d{5})/split-(\d{5})\.done\.json$")
-Key = tuple[int, int]
-# Eviction order for a cached (epoch, split): lower goes first; None: never evict it now.
-Priority = Callable[[Key, float], tuple | None]
-
-
-class Lease:
-    """A shared lock on one cached split: while it is held, no process evicts or replaces the copy."""
-
-    def __init__(self, fd: int, path: str) -> None:
-        self.path = path
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock
-            self._fd = None
-
-    def __del__(self) -> None:
-        self.release()
+JOB = "prep prewarm"  # the marker's writer: prewarm and the reader share one layout
+_FIX = "choose an empty or new cache directory (prep never deletes what it did not write)"
 
 
 class SplitCache:
@@ -83,13 +51,15 @@ class SplitCache:
         fetcher: the object copier (default: a new one with 16 requests in flight).
 
     Raises:
-        PrepError: ``root`` is a file, holds files prep did not write, or caches another
-            materialization (without ``overwrite``).
+        PrepError: ``root`` is a file, holds files prep did not write, caches another
+            materialization (without ``overwrite``), or another process uses the cache of
+            another materialization (with ``overwrite``; naming it).
     """
 
     def __init__(self, root: str, *, source: str, manifest: Manifest | None = None, max_bytes: int | None = None,
                  overwrite: bool = False, s3: storage.S3Options | None = None, fetcher: Fetcher | None = None) -> None:
-        self.root, self.source, self.max_bytes = os.path.abspath(root), source, max_bytes
+        self.layout = CacheLayout(root)
+        self.root, self.source, self.max_bytes = self.layout.root, source, max_bytes
         self.manifest = manifest if manifest is not None else read_manifest(source, s3)
         self.fingerprint = self.manifest.fingerprint
         self.fetcher = fetcher or Fetcher(s3)
@@ -99,50 +69,98 @@ class SplitCache:
         self._hashing: dict[Key, threading.Lock] = {}
         self._reported: set[Key] = set()  # damaged copies already counted and warned about
         self.hits = self.misses = self.evictions = self.damaged = 0
-        if os.path.exists(self.root) and not os.path.isdir(self.root):
-            raise PrepError(f"--cache {self.root} is a file, not a directory: {_FIX}")
-        os.makedirs(self.root, exist_ok=True)
-        with _exclusive(self.root):  # processes starting on one new directory: one writes the marker
-            _claim(self.root, source, self.fingerprint, overwrite)
-            os.makedirs(os.path.join(self.root, LOCKS), exist_ok=True)
-        manifest_path = os.path.join(self.root, MANIFEST)
-        if not os.path.exists(manifest_path) or storage.read_json(manifest_path) != self.manifest.to_json():
-            write_manifest(self.root, self.manifest)
+        self._use = self._claim(overwrite)
+
+    # --- claiming ------------------------------------------------------------------------------
+    def _claim(self, overwrite: bool) -> locks.CacheUse:
+        """Makes the cache this materialization's, touching nothing prep did not write; returns this process's use of it."""
+        root = self.root
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise PrepError(f"cache {root} is a file, not a directory: {_FIX}")
+        os.makedirs(root, exist_ok=True)
+        with locks.exclusive(root):  # processes starting on one directory: one looks and claims at a time
+            self._marker()
+            os.makedirs(self.layout.locks, exist_ok=True)
+        use = locks.CacheUse(self.layout, JOB)
+        try:
+            replacing = overwrite and use.try_exclusive()
+            if not replacing:
+                use.share()
+            with locks.exclusive(root):
+                old = self._marker()
+                if old is not None and old.get("fingerprint") != self.fingerprint:
+                    self._replace(old, overwrite, replacing, use)
+                if old is None or old.get("fingerprint") != self.fingerprint:
+                    write_marker(root, JOB, name=CACHE_MARKER, source=self.source, fingerprint=self.fingerprint)
+                self._sweep(use)
+                manifest_path = os.path.join(root, MANIFEST)
+                if not os.path.exists(manifest_path) or storage.read_json(manifest_path) != self.manifest.to_json():
+                    storage.write_json_atomic(manifest_path, self.manifest.to_json())
+            if replacing:
+                use.share()  # let the others in; the marker is read again: another run may have replaced it meanwhile
+                with locks.exclusive(root):
+                    now = self._marker()
+                if now is None or now.get("fingerprint") != self.fingerprint:
+                    raise PrepError(f"cache {root} was replaced by another run meanwhile (now materialization "
+                                    f"{(now or {}).get('fingerprint')}): use another cache directory")
+        except BaseException:
+            use.release()
+            raise
+        return use
+
+    def _marker(self) -> dict | None:
+        """The cache's marker; None for an empty folder. Raises for a folder that is not a prep cache."""
+        marker = os.path.join(self.root, CACHE_MARKER)
+        if not os.path.exists(marker):
+            if set(os.listdir(self.root)) - {os.path.basename(self.layout.locks)}:
+                raise PrepError(f"cache {self.root} is not empty and is not a prep prewarm cache (no {CACHE_MARKER}): {_FIX}")
+            return None
+        old = read_json_file(marker, None, _FIX)
+        if not isinstance(old, dict) or old.get("job") != JOB:
+            raise PrepError(f"{marker} was not written by {JOB}: {_FIX}")
+        return old
+
+    def _replace(self, old: dict, overwrite: bool, replacing: bool, use: locks.CacheUse) -> None:
+        """Removes the cache's own files of another materialization, when allowed (the caller holds the directory lock)."""
+        held = f"cache {self.root} holds materialization {old.get('fingerprint')} of {old.get('source')}, not {self.fingerprint} of {self.source}"
+        if not overwrite:
+            raise PrepError(f"{held}: use another cache directory, or replace it with "
+                            f"`prep prewarm {self.source} --cache {self.root} --overwrite`")
+        if not replacing:
+            others = use.others()
+            who = ", ".join(h.describe() for h in others[:3]) or "another process"
+            raise PrepError(f"{held}, and it is in use by {who}: wait for it to finish or use another cache directory")
+        log.warning("replacing the cache %s (materialization %s): removing only the files the cache wrote",
+                    self.root, old.get("fingerprint"))
+        remove_owned(self.root, self.layout.owned())
+
+    def _sweep(self, use: locks.CacheUse) -> None:
+        """Removes what killed or failed runs left: records of processes that are gone, and temp files of fetches
+        nobody runs now (a split's leftovers go only under its lock)."""
+        use.sweep()
+        for name in (MANIFEST, CACHE_MARKER):  # written under the directory lock, which the caller holds
+            for part in glob.glob(os.path.join(glob.escape(self.root), name + ".tmp-*")):
+                remove_tree(part)
+        for key in self.layout.leftover_keys():
+            fd = locks.try_exclusive(self.layout.lock(key))
+            if fd is not None:
+                try:
+                    for part in self.layout.leftovers(key):
+                        remove_tree(part)
+                finally:
+                    os.close(fd)
+
+    def close(self) -> None:
+        """Stops using the cache (another run may then replace it); leases already given stay valid."""
+        self._use.release()
 
     # --- paths ---------------------------------------------------------------------------------
     def path(self, key: Key) -> str:
         """Where the copy of (epoch, split) lives."""
-        return os.path.join(self.root, split_path(*key))
-
-    def _record(self, key: Key) -> str:
-        return self.path(key)[: -len(".lance")] + ".done.json"
-
-    def _lock_file(self, key: Key) -> str:
-        return os.path.join(self.root, LOCKS, f"epoch-{key[0]:05d}-split-{key[1]:05d}.lock")
-
-    def _reservation(self, key: Key) -> str:
-        """Bytes a fetch in flight has claimed (counts only while that fetch holds the split's lock)."""
-        return self._lock_file(key)[: -len(".lock")] + ".reserved"
-
-    def _reserved(self) -> int:
-        """Bytes claimed by fetches in flight, in any process; a killed fetch's claim no longer counts."""
-        total = 0
-        for path in glob.glob(os.path.join(glob.escape(os.path.join(self.root, LOCKS)), "*.reserved")):
-            fd = os.open(path[: -len(".reserved")] + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:  # its fetch is running (in this or another process)
-                try:
-                    with open(path) as f:
-                        total += int(f.read() or 0)
-                except (OSError, ValueError):
-                    continue
-            finally:
-                os.close(fd)
-        return total
+        return self.layout.path(key)
 
     # --- reading -------------------------------------------------------------------------------
-    def acquire(self, key: Key) -> Lease | None:
+    def acquire(self, key: Key) -> locks.ReadLease | None:
         """A lease on the verified copy of ``key``, or None (not there, being fetched, or damaged).
 
         Never waits: a split another thread or process is fetching right now is a miss.
@@ -151,18 +169,15 @@ class SplitCache:
         self._count(hits=1) if lease is not None else self._count(misses=1)
         return lease
 
-    def _shared(self, key: Key) -> Lease | None:
-        fd = os.open(self._lock_file(key), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+    def _shared(self, key: Key) -> locks.ReadLease | None:
+        fd = locks.shared_now(self.layout.lock(key))
+        if fd is None:
             return None
         if not self.valid(key):
             os.close(fd)
             return None
-        os.utime(self._record(key))  # least recently used is measured on the records
-        return Lease(fd, self.path(key))
+        os.utime(self.layout.record(key))  # least recently used is measured on the records
+        return locks.ReadLease(fd, self.path(key))
 
     def _shared_valid(self, key: Key) -> bool:
         lease = self._shared(key)
@@ -173,26 +188,24 @@ class SplitCache:
 
     def valid(self, key: Key) -> bool:
         """Whether a complete, verified copy of ``key`` is there (the caller holds its lock)."""
-        rec = self._read_record(key)
-        expected = self._splits[key]
-        if rec is None or rec.get("fingerprint") != self.fingerprint or rec.get("checksum") != expected.checksum \
-                or rec.get("num_rows") != expected.num_rows or not isinstance(rec.get("files"), dict):
+        rec = CopyRecord.read(self.layout.record(key))
+        if rec is None or not rec.matches(self.fingerprint, self._splits[key]):
             return False
         base = self.path(key)
-        files: dict[str, list] = rec["files"]
-        for rel, (size, _) in files.items():
+        for rel, (size, _) in rec.files.items():
             try:
-                if os.path.getsize(os.path.join(base, rel)) != size:
-                    return self._damaged(key, f"{rel} is {os.path.getsize(os.path.join(base, rel))} bytes, not {size}")
+                got = os.path.getsize(os.path.join(base, rel))
             except OSError:
                 return self._damaged(key, f"{rel} is missing")
-        token = (key, rec.get("digest", ""))
+            if got != size:
+                return self._damaged(key, f"{rel} is {got} bytes, not {size}")
+        token = (key, rec.digest)
         with self._lock:
             hashing = self._hashing.setdefault(key, threading.Lock())
         with hashing:  # threads asking about one split at once hash it once
             if token not in self._checked:
-                for rel, (_, digest) in files.items():
-                    if _crc32(os.path.join(base, rel)) != digest:
+                for rel, (_, digest) in rec.files.items():
+                    if crc32(os.path.join(base, rel)) != digest:
                         return self._damaged(key, f"{rel} does not match its checksum")
                 self._checked.add(token)
         return True
@@ -206,17 +219,9 @@ class SplitCache:
             self._count(damaged=1)
         return False
 
-    def _read_record(self, key: Key) -> dict | None:
-        try:
-            with open(self._record(key), "rb") as f:
-                rec = json.loads(f.read())
-        except (OSError, ValueError):
-            return None
-        return rec if isinstance(rec, dict) else None
-
     # --- fetching ------------------------------------------------------------------------------
     def fetch(self, key: Key, priority: Priority | None = None) -> bool:
-        """Makes sure a verified copy of ``key`` is there, fetching it if not.
+        """Makes sure a verified copy of ``key`` is there, fetching it if not (the split's one writer: its lock).
 
         Args:
             key: (epoch, split).
@@ -233,31 +238,31 @@ class SplitCache:
         """
         if self._shared_valid(key):  # the common case, and it never waits on a reader's lease
             return True
-        with _exclusive(self._lock_file(key)):
+        with locks.exclusive(self.layout.lock(key)):
             if self.valid(key):
                 return True
             src = storage.join(self.source, split_path(*key))
             listing = self.fetcher.list_tree(src)
             if not listing:
                 raise PrepError(f"{src} is missing: run `prep verify {self.source}`")
-            need = sum(listing.values())
-            if self.max_bytes is not None and not self._make_room(need, key, priority):
-                return False
+            if self.max_bytes is not None:
+                fits, evicted = eviction.make_room(self.layout, self.cached, sum(listing.values()), key, priority,
+                                                   self.max_bytes, self._clear)
+                self._count(evictions=evicted)
+                if not fits:
+                    return False
             try:
                 self._clear(key)
                 dest = self.path(key)
                 self.fetcher.fetch_tree(src, dest, listing)
                 self._verify_copy(key, src)
-                files = {rel: [size, _crc32(os.path.join(dest, rel))] for rel, size in listing.items()}
-                digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-                expected = self._splits[key]
-                storage.write_json_atomic(self._record(key), {
-                    "fingerprint": self.fingerprint, "epoch": key[0], "split": key[1], "num_rows": expected.num_rows,
-                    "checksum": expected.checksum, "bytes": need, "files": files, "digest": digest})
+                rec = CopyRecord.of(self.fingerprint, key, self._splits[key],
+                                    {rel: (size, crc32(os.path.join(dest, rel))) for rel, size in listing.items()})
+                storage.write_json_atomic(self.layout.record(key), rec.to_json())
             finally:
-                remove_tree(self._reservation(key))
+                remove_tree(self.layout.reservation(key))
             with self._lock:
-                self._checked.add((key, digest))
+                self._checked.add((key, rec.digest))
                 self._reported.discard(key)
             return True
 
@@ -275,119 +280,29 @@ class SplitCache:
                 f"{expected.num_rows} rows, {expected.checksum[:12]}...): run `prep verify {self.source}`")
 
     def _clear(self, key: Key) -> None:
-        """Removes a copy, its record first (so a half-removed copy is never taken), and leftovers of killed fetches."""
-        remove_tree(self._record(key))
+        """Removes a copy, its record first (so a half-removed copy is never taken), and what failed fetches left."""
+        remove_tree(self.layout.record(key))
         remove_tree(self.path(key))
-        for part in glob.glob(glob.escape(self.path(key)) + ".tmp-*"):
+        for part in self.layout.leftovers(key):
             remove_tree(part)
 
-    # --- eviction ------------------------------------------------------------------------------
+    # --- size ----------------------------------------------------------------------------------
     def cached(self) -> dict[Key, tuple[int, float]]:
         """``{(epoch, split): (bytes, last used)}`` of the copies with a record, in any process."""
         out: dict[Key, tuple[int, float]] = {}
-        for path in glob.glob(os.path.join(glob.escape(self.root), "epoch-*", "split-*.done.json")):
-            m = _RECORD.search(path)
+        for key, path in self.layout.records():
+            rec = CopyRecord.read(path)
             try:
-                with open(path, "rb") as f:
-                    size = int(json.loads(f.read())["bytes"])
-                out[(int(m.group(1)), int(m.group(2)))] = (size, os.path.getmtime(path))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                continue  # a record being replaced or damaged: not counted, not a candidate
+                if rec is not None:
+                    out[key] = (rec.bytes, os.path.getmtime(path))
+            except OSError:
+                continue  # a record being replaced: not counted, not a candidate
         return out
 
     def cached_bytes(self) -> int:
         return sum(size for size, _ in self.cached().values())
 
-    def _make_room(self, need: int, fetching: Key, priority: Priority | None) -> bool:
-        """Evicts copies (in ``priority`` order, skipping any in use) until ``need`` more bytes fit."""
-        with _exclusive(os.path.join(self.root, LOCKS, "evict.lock")):  # one evicting process at a time
-            # claims before records: a fetch finishing meanwhile writes its record before it drops its claim,
-            # so it is counted at least once (the other order could miss it and let two copies overrun max_bytes)
-            reserved = self._reserved()
-            entries = {k: v for k, v in self.cached().items() if k != fetching}
-            total = sum(size for size, _ in entries.values()) + reserved
-            fits = total + need <= self.max_bytes
-            ranked = [] if fits else sorted((rank, k) for k, (_, used) in entries.items()
-                                            if priority is not None and (rank := priority(k, used)) is not None)
-            for _, k in ranked:
-                if self._evict(k):
-                    total -= entries[k][0]
-                    if total + need <= self.max_bytes:
-                        fits = True
-                        break
-            if fits:  # claimed before the lock is let go: concurrent fetches cannot overrun the limit together
-                with open(self._reservation(fetching), "w") as f:
-                    f.write(str(need))
-            return fits
-
-    def _evict(self, key: Key) -> bool:
-        fd = os.open(self._lock_file(key), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # open in a reader or being fetched
-        else:
-            self._clear(key)
-            self._count(evictions=1)
-            return True
-        finally:
-            os.close(fd)
-
     def _count(self, **deltas: int) -> None:
         with self._lock:
             for name, d in deltas.items():
                 setattr(self, name, getattr(self, name) + d)
-
-
-@contextmanager
-def _exclusive(path: str) -> Iterator[None]:
-    """Holds an exclusive ``flock`` on ``path`` (a lock file or a directory), waiting for it."""
-    fd = os.open(path, os.O_RDONLY if os.path.isdir(path) else os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _crc32(path: str) -> str:
-    """A file's CRC-32 (bit rot and torn writes, not tampering: ~5x faster than sha256 here)."""
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(8 << 20):
-            crc = zlib.crc32(chunk, crc)
-    return f"{crc:08x}"
-
-
-def _claim(cache: str, source: str, fingerprint: str, overwrite: bool) -> None:
-    """Makes ``cache`` prep's for this materialization, touching nothing prep did not write.
-
-    Raises:
-        PrepError: ``cache`` is a non-empty directory without the marker, or the cache of another materialization (without ``overwrite``).
-    """
-    fix = _FIX
-    marker = os.path.join(cache, MARKER)
-    if os.path.isdir(cache) and os.listdir(cache):
-        if not os.path.exists(marker):
-            raise PrepError(f"--cache {cache} is not empty and is not a prep prewarm cache (no {MARKER}): {fix}")
-        old = read_json_file(marker, None, fix)
-        if not isinstance(old, dict) or old.get("job") != _JOB:
-            raise PrepError(f"{marker} was not written by {_JOB}: {fix}")
-        if old.get("fingerprint") == fingerprint:
-            return
-        if not overwrite:
-            raise PrepError(f"cache {cache} holds materialization {old.get('fingerprint')}, not {fingerprint} "
-                            f"of {source}; pass --overwrite or use another --cache")
-        _remove_owned(cache)
-    storage.write_json_atomic(marker, {"job": _JOB, "source": source, "fingerprint": fingerprint})
-
-
-def _remove_owned(cache: str) -> None:
-    """Removes the cache's copies and manifest (the materialized layout) from ``cache``; anything else stays."""
-    top = os.listdir(cache)
-    inside = {d: os.listdir(os.path.join(cache, d)) for d in top if os.path.isdir(os.path.join(cache, d))}
-    for rel in owned_entries(top, inside, names=(MANIFEST,)):
-        remove_tree(os.path.join(cache, rel))
-    for d in inside:
-        if os.path.isdir(os.path.join(cache, d)) and not os.listdir(os.path.join(cache, d)):
-            os.rmdir(os.path.join(cache, d))

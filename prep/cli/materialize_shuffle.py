@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from prep.cli.exits import at_least
 from prep.errors import PrepError
+from prep.materialize.options import DEFAULT_LANCE_FORMAT, EXECUTORS, LANCE_FORMATS, READ_ROWS
 from prep.plan import STRATEGIES
 from prep.plan.spec import DEFAULT_SPLITS
 from prep.runtime.ray_cluster import parse_resources
@@ -47,13 +48,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--columns", type=_names, help="comma-separated columns to write (default: all)")
     p.add_argument("--start-epoch", type=at_least(0), default=0, help="first epoch to write (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an output that holds a different plan")
-    p.add_argument("--read-rows", type=at_least(1), default=16384, help="rows per read and per written batch (default 16384)")
-    p.add_argument("--lance-format", default="2.0", choices=["2.0", "2.1", "2.2", "stable"],
+    p.add_argument("--read-rows", type=at_least(1), default=READ_ROWS,
+                   help=f"rows per read and per written batch (default {READ_ROWS})")
+    p.add_argument("--lance-format", default=DEFAULT_LANCE_FORMAT, choices=list(LANCE_FORMATS),
                    help="Lance data storage version of the splits (default 2.0: fastest to write and scan, "
                    "uncompressed; 2.2 is ~2.5x smaller, for object storage)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS; without either, the run stays in this process)")
     p.add_argument("--ray-resources", type=parse_resources, help='custom Ray resources each task asks for, as JSON (pins tasks to nodes)')
-    p.add_argument("--executor", default="auto", choices=["auto", "ray", "local"],
+    p.add_argument("--executor", default="auto", choices=list(EXECUTORS),
                    help="auto (default): Ray when a cluster is given (--ray-address, RAY_ADDRESS), else threads in this "
                    "process; ray: Ray even on one machine (starts a local one); local: this process. Outputs are identical")
     p.add_argument("--num-cpus", type=at_least(1), help="threads of the local run, or CPUs of a local Ray (default: all)")
@@ -68,19 +70,19 @@ def run(args: argparse.Namespace) -> int:
     from prep.materialize import materialize_mixture, materialize_shuffle
 
     t0 = time.time()
-    common = dict(output=args.output, epochs=args.epochs, splits=args.splits, start_epoch=args.start_epoch,
-                  overwrite=args.overwrite, read_rows=args.read_rows, lance_format=args.lance_format,
-                  ray_address=args.ray_address, num_cpus=args.num_cpus, executor=args.executor)
+    options = dict(output=args.output, epochs=args.epochs, start_epoch=args.start_epoch, overwrite=args.overwrite,
+                   read_rows=args.read_rows, lance_format=args.lance_format, ray_address=args.ray_address,
+                   num_cpus=args.num_cpus, executor=args.executor, ray_resources=args.ray_resources)
     if args.mixture:
         given = [f"--{k.replace('_', '-')}" for k, v in _TABLE_ONLY.items() if getattr(args, k) != v]
         if given:
             raise PrepError(f"{', '.join(given)}: with --mixture, set seed/clump/filter/columns in {args.mixture} "
                             "(filter and columns per source)")
-        manifest = materialize_mixture(mixture=args.mixture, ray_resources=args.ray_resources, **common)
+        manifest = materialize_mixture(mixture=args.mixture, splits=args.splits, **options)
     else:
         manifest = materialize_shuffle(
-            table=args.table, strategy=args.strategy, hash_columns=args.hash_columns, clump=args.clump, seed=args.seed,
-            filter=args.filter, columns=args.columns, ray_resources=args.ray_resources, **common)
+            table=args.table, splits=args.splits, strategy=args.strategy, hash_columns=args.hash_columns, clump=args.clump,
+            seed=args.seed, filter=args.filter, columns=args.columns, **options)
     if args.json:
         print(json.dumps(manifest.to_json(), indent=2))
         return 0

@@ -21,9 +21,11 @@ from prep.io import storage
 from prep.errors import PrepError
 from prep.io.jsonfile import read_json_file
 from prep.contracts.ownership import MARKER
+from prep.contracts.table import TableMetadata
 from prep.plan.spec import PlanSpec
 
-__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest", "split_path"]
+__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest",
+           "split_path", "vocab_size"]
 
 FORMAT = "prep.materialized/1"
 MANIFEST = "manifest.json"
@@ -81,7 +83,7 @@ class Source:
     uri: str
     version: int
     num_rows: int
-    metadata: dict[str, Any]
+    metadata: TableMetadata
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +126,7 @@ class Manifest:
             "format": FORMAT,
             "prep_version": self.prep_version,
             "fingerprint": self.fingerprint,
-            "source": {"uri": src.uri, "version": src.version, "num_rows": src.num_rows, "metadata": src.metadata},
+            "source": {"uri": src.uri, "version": src.version, "num_rows": src.num_rows, "metadata": src.metadata.to_json()},
             "plan": self.plan.to_json(),
             "num_selected_rows": self.num_selected_rows,
             "columns": list(self.columns),
@@ -183,10 +185,17 @@ def _parse(doc: Any) -> Manifest:
         raise PrepError(f"epochs {numbers} lists an epoch twice")
     return Manifest(
         prep_version=doc["prep_version"], fingerprint=doc["fingerprint"],
-        source=Source(uri=src["uri"], version=src["version"], num_rows=src["num_rows"], metadata=src["metadata"]),
+        source=Source(uri=src["uri"], version=src["version"], num_rows=src["num_rows"],
+                      metadata=TableMetadata.from_json(src["metadata"], "source.metadata")),
         plan=plan, num_selected_rows=doc["num_selected_rows"], columns=tuple(doc["columns"]), epochs=epochs,
         mixture=mixture,
     )
+
+
+def vocab_size(manifest: "Manifest") -> int | None:
+    """The vocabulary size the source's tokenizer records, None when the table has no tokenizer (images)."""
+    tok = manifest.source.metadata.tokenizer
+    return tok.vocab_size if tok is not None else None
 
 
 def _mixture(doc: Any, plan: PlanSpec) -> tuple[MixtureTable, ...] | None:

@@ -3,8 +3,8 @@
 ``OUT/_prep_job.json`` is written first: it names the job and its plan, and
 marks the directory as one prep may write into and clean up (only the files of
 this layout, never anything else there). Each (epoch, split) is
-``OUT/epoch-EEEEE/split-SSSSS.lance`` followed by ``split-SSSSS.done.json``
-(rows, content checksum); ``OUT/_work`` holds scratch data of a run (the filter
+``OUT/epoch-EEEEE/split-SSSSS.lance`` followed by its done record
+(:mod:`prep.contracts.done`); ``OUT/_work`` holds scratch data of a run (the filter
 sidecar); ``manifest.json`` is written last, atomically (:mod:`prep.contracts.manifest`
 reads and writes it). Layout and manifest: docs/architecture.md ("Materialized epochs").
 """
@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import re
 
-from prep.contracts.manifest import MANIFEST, split_path
+from prep.contracts.done import DONE_SUFFIX
+from prep.contracts.manifest import MANIFEST
 from prep.contracts.ownership import MARKER
 
-__all__ = ["JOB_FILE", "JOB_NAME", "WORK", "done_path", "owned_entries"]
+__all__ = ["JOB_FILE", "JOB_NAME", "WORK", "owned_entries"]
 
 JOB_FILE = MARKER  # written first: names the job, marks the directory as prep's to write and clean
 JOB_NAME = "prep materialize-shuffle"
 WORK = "_work"
 _EPOCH_DIR = re.compile(r"^epoch-\d{5}$")
-_SPLIT_ENTRY = re.compile(r"^split-\d{5}(\.lance|\.done\.json|\.lance\.tmp-[0-9a-f]+)$")
-
-
-def done_path(epoch: int, split: int) -> str:
-    """Relative path of the done record written after a split dataset is committed."""
-    return split_path(epoch, split)[: -len(".lance")] + ".done.json"
+# a split, its done record, and what a write killed midway leaves of either (a temp file beside it)
+_SPLIT_ENTRY = re.compile(rf"^split-\d{{5}}(\.lance|{re.escape(DONE_SUFFIX)})(\.tmp-[0-9a-f]+)?$")
 
 
 def owned_entries(top: list[str], epoch_dir: dict[str, list[str]], names: tuple[str, ...] = (MANIFEST, JOB_FILE, WORK)) -> list[str]:

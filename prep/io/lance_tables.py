@@ -7,30 +7,19 @@ no table version, so a job that dies part-way leaves nothing that looks complete
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any, Iterable
+from typing import Iterable
 
 import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
+from prep.contracts.table import RejectsMetadata, TableMetadata, encode_metadata
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = [
-    "METADATA_KEY",
-    "table_exists",
-    "open_table",
-    "prep_metadata",
-    "write_fragments",
-    "commit_table",
-    "remove_table",
-    "TABLE_FORMAT",
-]
+__all__ = ["table_exists", "open_table", "write_fragments", "commit_table", "remove_table"]
 
-METADATA_KEY = b"prep"
-TABLE_FORMAT = "prep.table/1"  # the ``format`` of the metadata under METADATA_KEY (docs/architecture.md)
 log = logging.getLogger(__name__)
 
 
@@ -66,12 +55,6 @@ def _not_found(exc: Exception) -> bool:
     return isinstance(exc, FileNotFoundError) or "was not found" in str(exc)
 
 
-def prep_metadata(ds: lance.LanceDataset) -> dict[str, Any]:
-    """The JSON metadata prep stores in the table schema ({} for foreign tables)."""
-    raw = (ds.schema.metadata or {}).get(METADATA_KEY)
-    return json.loads(raw) if raw else {}
-
-
 def write_fragments(
     table: pa.Table | pa.RecordBatchReader,
     uri: str,
@@ -90,16 +73,16 @@ def commit_table(
     schema: pa.Schema,
     fragments: Iterable[FragmentMetadata],
     *,
-    metadata: dict[str, Any] | None = None,
+    metadata: TableMetadata | RejectsMetadata | None = None,
     storage_options: dict[str, str] | None = None,
 ) -> lance.LanceDataset:
     """Commits ``fragments`` (in the given order) as the new content of ``uri``.
 
-    ``metadata`` is stored as JSON in the schema under ``prep``, so the table
-    describes itself (config, tokenizer, sources, counts).
+    ``metadata`` is stored in the schema (:mod:`prep.contracts.table`), so the
+    table describes itself (config, tokenizer, sources, counts).
     """
     if metadata is not None:
-        schema = schema.with_metadata({**(schema.metadata or {}), METADATA_KEY: json.dumps(metadata, sort_keys=True)})
+        schema = schema.with_metadata({**(schema.metadata or {}), **encode_metadata(metadata)})
     op = lance.LanceOperation.Overwrite(schema, list(fragments))
     return lance.LanceDataset.commit(uri, op, storage_options=storage_options)
 

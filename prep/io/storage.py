@@ -225,8 +225,12 @@ def write_json_atomic(uri: str, obj: Any, s3: S3Options | None = None) -> None:
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:  # a full disk: no temp file is left behind
+        if os.path.lexists(tmp):
+            os.remove(tmp)

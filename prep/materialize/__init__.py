@@ -8,37 +8,57 @@ works, measurements and trade-offs: docs/materialize.md. In short:
    to a small sidecar (``OUT/_work/selection.lance``) that tasks read by position
    (:mod:`prep.materialize.rows`).
 2. One task per (epoch, split) writes ``OUT/epoch-EEEEE/split-SSSSS.lance``
-   and then ``split-SSSSS.done.json`` (:mod:`prep.materialize.write`). On a
-   cluster the tasks run on Ray (:mod:`prep.materialize.on_ray`; small clumps
+   and then its done record (:mod:`prep.materialize.write`, :mod:`prep.contracts.done`).
+   On a cluster the tasks run on Ray (:mod:`prep.materialize.on_ray`; small clumps
    through a shared gather pass, :mod:`prep.materialize.gather`); on one machine
    on threads of this process, from rows held in memory
    (:mod:`prep.materialize.local`). :func:`prep.runtime.ray_cluster.use_ray` decides;
-   both write identical outputs.
-3. ``manifest.json`` is written last, atomically; a rerun skips splits already
-   done (:mod:`prep.materialize.run`).
+   both take the same calls and write identical outputs.
+3. ``manifest.json`` is written last, atomically; a rerun trusts only splits whose
+   done record and files check out, and writes the others again (:mod:`prep.materialize.rerun`).
+
+A single table and a mixture go through one run path (:func:`prep.materialize.run.materialize`)
+with one options object (:class:`prep.materialize.options.RunOptions`).
 
 Modules:
 
-- :mod:`prep.plan.spec`: the plan (:class:`~prep.plan.spec.PlanSpec`); :mod:`prep.contracts.manifest`: the manifest
+- :mod:`prep.plan.spec`: the plan (:class:`~prep.plan.spec.PlanSpec`); :mod:`prep.contracts.manifest`: the manifest;
+  :mod:`prep.contracts.done`: the done record
 - :mod:`prep.contracts.materialized`: the files of an output, and which of them prep may remove
-- :mod:`prep.materialize.job`: the :class:`Job` tasks receive, the per-worker dataset cache
+- :mod:`prep.materialize.options`: :class:`RunOptions`, the run's options (not the plan's)
+- :mod:`prep.materialize.run`: the one run path: resolve, claim, prepare, tasks, manifest
+- :mod:`prep.materialize.table`: a single table's run (``materialize_shuffle``)
+- :mod:`prep.materialize.mixture`: a mixture's run (``materialize_mixture``): several tables by weight
+- :mod:`prep.materialize.rerun`: which done splits a rerun may trust
+- :mod:`prep.materialize.job`: the :class:`Job` tasks receive, the calls executors run, the per-worker dataset cache
 - :mod:`prep.materialize.rows`: reading selected rows, ids, hash keys; the filter sidecar
 - :mod:`prep.materialize.held`: rows held in memory, taken into a split's read order
 - :mod:`prep.materialize.write`: the (epoch, split) write task
-- :mod:`prep.materialize.local`: the local executor (threads, no Ray)
-- :mod:`prep.materialize.on_ray`: the Ray executor
-- :mod:`prep.materialize.gather`: the Ray executor's gather pass for small clumps
-- :mod:`prep.materialize.run`: ``materialize_shuffle``: resolve, select, run the tasks, finalize
+- :mod:`prep.materialize.local`, :mod:`prep.materialize.on_ray`: the executors
+- :mod:`prep.materialize.gather`: the Ray gather pass for small clumps
+- :mod:`prep.materialize.faults`: kill points at every commit (tests only)
 - :mod:`prep.materialize.mixture_file`: the mixture file (YAML) -> a plan with a mixture
 - :mod:`prep.materialize.mixture_sources`: a mixture's tables, opened, pinned and checked against each other
-- :mod:`prep.materialize.mixture`: ``materialize_mixture``: several tables by weight, exact per global batch
+- :mod:`prep.materialize.verify`, :mod:`prep.materialize.verify_mixture`: ``prep verify``
 """
 
 from __future__ import annotations
 
-from prep.materialize.job import Job, job_for_manifest
-from prep.materialize.rows import hash_keys_for, read_rows, selected_ids
-from prep.materialize.mixture import materialize_mixture
-from prep.materialize.run import materialize_shuffle
+import importlib
+from typing import Any
 
-__all__ = ["materialize_shuffle", "materialize_mixture", "Job", "job_for_manifest", "read_rows", "selected_ids", "hash_keys_for"]
+# Loaded on first use: the CLI reads the run options' defaults (:mod:`prep.materialize.options`)
+# at start-up, without loading Lance and the executors.
+_EXPORTS = {
+    "materialize": "prep.materialize.run", "materialize_shuffle": "prep.materialize.table",
+    "materialize_mixture": "prep.materialize.mixture", "RunOptions": "prep.materialize.options",
+    "Job": "prep.materialize.job", "job_for_manifest": "prep.materialize.job", "read_rows": "prep.materialize.rows",
+    "selected_ids": "prep.materialize.rows", "hash_keys_for": "prep.materialize.rows",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'prep.materialize' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -19,11 +19,12 @@ import pyarrow as pa
 
 from prep import plan
 from prep.materialize.held import Held, rows_at
-from prep.materialize.job import Job, _dataset
+from prep.materialize.job import Call, Job, dataset
 from prep.materialize.rows import bytes_per_row, read_range
-from prep.materialize.write import _write_split
+from prep.materialize.write import write_split
+from prep.contracts.done import DoneRecord
 
-__all__ = ["GATHER_CHUNK_BYTES"]
+__all__ = ["GATHER_CHUNK_BYTES", "gather_pieces", "write_gathered"]
 
 GATHER_CHUNK_BYTES = 64 << 20  # rows per gather map task: about this many bytes
 
@@ -34,7 +35,7 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
     The pieces go to the Ray object store (shared memory, spilled to disk when
     full) and serve every epoch of this run.
     """
-    table = read_range(job, _dataset(job, job.source, job.version), start, stop)
+    table = read_range(job, dataset(job, job.source, job.version), start, stop)
     positions = np.arange(start, stop)
     splits = plan.assign_rows(positions=positions, hash_keys=hash_keys, **job.split_kwargs())
     order = np.argsort(splits, kind="stable")
@@ -45,19 +46,16 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
     return pieces if len(pieces) > 1 else pieces[0]
 
 
-def _write_gathered(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, *pieces: pa.Table) -> dict[str, Any]:
+def write_gathered(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, *pieces: pa.Table) -> DoneRecord:
     """Gather, reduce side: the split's pieces (its rows in position order) -> its dataset."""
     positions = np.sort(plan.split_rows(split=split, epoch=epoch, hash_keys=hash_keys, **job.split_kwargs()))
-    return _write_split(job, epoch, split, hash_keys, Held(pieces, positions))
+    return write_split(job, epoch, split, hash_keys, Held(pieces, positions))
 
 
-def _gather_pieces(job: Job, source: Any, remote, hash_ref) -> list[list]:
-    """Submits the gather map tasks; returns piece refs indexed [chunk][split]."""
+def gather_pieces(job: Job, source: Any, executor: Any, hash_ref: Any) -> list[list]:
+    """Submits the gather map tasks on ``executor`` (:meth:`~prep.materialize.on_ray.RayExecutor.scatter`);
+    returns piece refs indexed [chunk][split]."""
     step = int(min(1 << 20, max(job.read_rows, GATHER_CHUNK_BYTES // bytes_per_row(job, source))))
     bounds = [(a, min(a + step, job.num_selected)) for a in range(0, job.num_selected, step)]
-    splits = job.plan.num_splits
-    refs = [
-        remote.options(num_returns=splits).remote(_gather_chunk, f"gather rows [{a}, {b})", job, a, b, hash_ref)
-        for a, b in bounds
-    ]
-    return [r if isinstance(r, list) else [r] for r in refs]
+    calls = [Call(f"gather rows [{a}, {b})", _gather_chunk, (job, a, b, hash_ref)) for a, b in bounds]
+    return executor.scatter(calls, job.plan.num_splits)

@@ -10,13 +10,13 @@ of splits read in one sequential pass (:mod:`prep.materialize.local`).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from prep import plan
-from prep.materialize.job import Job, _dataset
+from prep.materialize.job import Job, dataset
 from prep.materialize.rows import read_range
 from prep.plan.spec import PlanSpec
 from prep.materialize.take import byte_view, from_byte_view
@@ -127,7 +127,7 @@ def hold_splits(job: Job, splits: range, hash_keys: np.ndarray | None, chunk_row
     Returns:
         The held rows and their positions.
     """
-    source = _dataset(job, job.source, job.version)
+    source = dataset(job, job.source, job.version)
     every = splits == range(job.plan.num_splits)
     kept, positions = [], []
     for start in range(0, job.num_selected, chunk_rows):

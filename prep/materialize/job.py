@@ -1,32 +1,31 @@
-"""What every materialize task shares: the :class:`Job`, a per-worker dataset cache, error wrapping.
+"""What every materialize task shares: the :class:`Job`, a per-worker dataset cache, the calls executors run.
 
 Tasks get a :class:`Job` by value (URIs and versions, never handles) and open
-datasets lazily in the worker, cached per run.
+datasets lazily in the worker, cached per run. Executors
+(:mod:`prep.materialize.local`, :mod:`prep.materialize.on_ray`) run :class:`Call` s:
+a function, its arguments and where it is in the run, for the error message.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from prep.io import lance_tables
 
 from prep.io import storage
 from prep.errors import PrepError, one_line
 from prep.contracts.manifest import Manifest
+from prep.materialize.options import DEFAULT_LANCE_FORMAT, READ_ROWS
 from prep.plan.spec import PlanSpec
 
-__all__ = ["DEFAULT_LANCE_FORMAT", "Job", "job_for_manifest"]
-
-# Split datasets are written once and read sequentially: Lance 2.0 files cost ~4x less CPU to
-# write and ~2x less to scan than 2.2 here, but are ~2.5x larger (no compression): see docs/materialize.md.
-DEFAULT_LANCE_FORMAT = "2.0"
+__all__ = ["Job", "Call", "job_for_manifest", "dataset", "run_task"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Job:
-    """Everything a task needs, passed by value (URIs and versions, never handles).
+    """Everything a single-table task needs, passed by value (URIs and versions, never handles).
 
     Args:
         source: source table URI.
@@ -53,7 +52,7 @@ class Job:
     fingerprint: str
     selection: str | None = None
     s3: storage.S3Options = field(default_factory=storage.S3Options)
-    read_rows: int = 16384
+    read_rows: int = READ_ROWS
     lance_format: str = DEFAULT_LANCE_FORMAT
     run_id: str = ""
 
@@ -63,6 +62,14 @@ class Job:
     def split_kwargs(self) -> dict[str, Any]:
         """The :mod:`prep.plan` arguments of this run's selected rows (add ``split``, ``epoch``, ``hash_keys``)."""
         return dict(num_rows=self.num_selected, **self.plan.split_args())
+
+
+class Call(NamedTuple):
+    """One task for an executor: ``fn(*args)``; ``where`` names it in an error ("epoch 0 split 3")."""
+
+    where: str
+    fn: Callable[..., Any]
+    args: tuple
 
 
 def job_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None = None) -> Job:
@@ -79,13 +86,14 @@ def _open(uri: str, version: int | None, options: tuple[tuple[str, str], ...] | 
     return lance_tables.open_table(uri, version=version, storage_options=dict(options) if options else None)
 
 
-def _dataset(job: Job, uri: str, version: int | None = None):
+def dataset(job: Job, uri: str, version: int | None = None):
     """An open dataset, cached per worker: a pinned version is immutable; anything else only within this run."""
     opts = job.lance_options(uri)
     return _open(uri, version, tuple(sorted(opts.items())) if opts else None, "" if version is not None else job.run_id)
 
 
-def _run_task(fn, where: str, *args):
+def run_task(fn: Callable[..., Any], where: str, *args: Any) -> Any:
+    """``fn(*args)``; any error comes out as one PrepError line starting with ``where`` (re-raised in the driver)."""
     try:
         return fn(*args)
     except PrepError as exc:

@@ -10,15 +10,18 @@
 
 Optional top-level keys: ``epoch_rows`` or ``epoch_tokens`` (default: as many rows as
 the sources hold together), ``seed`` (0), ``clump`` (1). Per source: ``filter``,
-``columns``, ``max_repeats``. An unknown key or a wrong type is a one-line error naming
-the file and the key (:func:`prep.runtime.config.load_config`). Relative table paths resolve
-from the current directory, like every prep config.
+``columns``, ``max_repeats``. An unknown or missing key is a one-line error naming the
+file and the key (:func:`prep.runtime.config.load_config`); the values are checked once,
+by the plan they become (:class:`prep.plan.spec.MixtureSpec`), also one line naming the
+file, the key and the value (and, for a number YAML read as text, such as ``1e-3``, how to
+write it: ``1.0e-3``). Relative table paths resolve from the current directory, like every
+prep config.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -29,30 +32,32 @@ from prep.plan.spec import MixtureSource, MixtureSpec, PlanSpec
 __all__ = ["MixtureFile", "load_mixture"]
 
 
-class _Strict(ConfigModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+class _Keys(ConfigModel):
+    """The keys of the file only: their values are the plan's to check (:mod:`prep.plan.spec`), once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SourceEntry(_Strict):
+class SourceEntry(_Keys):
     """One ``sources`` entry (see :class:`prep.plan.spec.MixtureSource`)."""
 
-    table: str = Field(min_length=1)
-    weight: float = Field(gt=0)
-    filter: str | None = Field(default=None, min_length=1)
-    columns: list[str] | None = Field(default=None, min_length=1)
-    max_repeats: float | None = Field(default=None, gt=0)
+    table: Any
+    weight: Any
+    filter: Any = None
+    columns: Any = None
+    max_repeats: Any = None
 
 
-class MixtureFile(_Strict):
+class MixtureFile(_Keys):
     """The mixture file (module docstring)."""
 
     sources: list[SourceEntry] = Field(min_length=1)
-    weight_by: Literal["rows", "tokens"]
-    global_batch: int = Field(ge=1)
-    epoch_rows: int | None = Field(default=None, ge=1)
-    epoch_tokens: int | None = Field(default=None, ge=1)
-    seed: int = Field(default=0, ge=0)
-    clump: int = Field(default=1, ge=1)
+    weight_by: Any
+    global_batch: Any
+    epoch_rows: Any = None
+    epoch_tokens: Any = None
+    seed: Any = 0
+    clump: Any = 1
 
     @model_validator(mode="after")
     def _one_epoch_size(self) -> "MixtureFile":
@@ -63,8 +68,8 @@ class MixtureFile(_Strict):
     def plan(self, num_splits: int) -> PlanSpec:
         """The plan of this file with ``num_splits`` splits (table versions not pinned yet)."""
         return PlanSpec(num_splits=num_splits, seed=self.seed, clump=self.clump, mixture=MixtureSpec(
-            sources=tuple(MixtureSource(table=s.table, weight=s.weight, filter=s.filter,
-                                        columns=tuple(s.columns) if s.columns else None, max_repeats=s.max_repeats)
+            sources=tuple(MixtureSource(table=s.table, weight=s.weight, filter=s.filter, columns=s.columns,
+                                        max_repeats=s.max_repeats)
                           for s in self.sources),
             weight_by=self.weight_by, global_batch=self.global_batch, epoch_rows=self.epoch_rows,
             epoch_tokens=self.epoch_tokens))

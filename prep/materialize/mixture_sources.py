@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prep.contracts.table import TableMetadata, read_table_metadata
 from prep.io import lance_tables
 
 from prep.io import storage
@@ -48,7 +49,7 @@ class OpenSource:
     index: int
     spec: MixtureSource
     dataset: Any
-    metadata: dict[str, Any]
+    metadata: TableMetadata
     num_rows: int
     addresses: np.ndarray | None
     lengths: np.ndarray | None
@@ -98,7 +99,7 @@ def _open(index: int, src: MixtureSource, s3: storage.S3Options, need_lengths: b
         cols = ["length"] if "length" in ds.schema.names else ["input_ids"]
         lengths = row_tokens(ds.to_table(columns=cols, filter=src.filter))
     opened = OpenSource(index=index, spec=replace(src, table=uri, version=version), dataset=ds,
-                        metadata=lance_tables.prep_metadata(ds), num_rows=ds.count_rows(), addresses=addresses, lengths=lengths)
+                        metadata=read_table_metadata(ds, uri), num_rows=ds.count_rows(), addresses=addresses, lengths=lengths)
     if opened.selected == 0:
         why = f"its filter {src.filter!r} selects none of its {opened.num_rows:,} rows" if src.filter else "it is empty"
         raise PrepError(f"mixture source {uri} (version {version}): {why}; drop it or loosen the filter")
@@ -121,14 +122,14 @@ def output_schema(sources: Sequence[OpenSource]) -> pa.Schema:
     """The columns every source writes, plus ``source``; all sources must agree (one line naming both tables)."""
     first = sources[0]
     schema = pa.schema([pa.field(c, first.dataset.schema.field(c).type) for c in _columns(first)])
-    packed = first.metadata.get("kind") == "packed"
-    token = (first.metadata.get("tokenizer") or {}).get("hash")
+    packed = first.metadata.kind == "packed"
+    token = first.metadata.tokenizer.hash if first.metadata.tokenizer else None
     for s in sources[1:]:
         a, b = first.spec.table, s.spec.table
-        if (s.metadata.get("kind") == "packed") != packed:
+        if (s.metadata.kind == "packed") != packed:
             raise PrepError(f"mixture: {a} is {'' if packed else 'not '}packed and {b} is {'not ' if packed else ''}packed: "
                             "packed and unpacked tables cannot be mixed (their rows batch differently)")
-        other = (s.metadata.get("tokenizer") or {}).get("hash")
+        other = s.metadata.tokenizer.hash if s.metadata.tokenizer else None
         if other != token:
             raise PrepError(f"mixture: {a} and {b} were tokenized with different tokenizers (hash {str(token)[:12]} vs "
                             f"{str(other)[:12]}): re-prepare one of them with the other's tokenizer")

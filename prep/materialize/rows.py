@@ -15,10 +15,10 @@ import pyarrow as pa
 
 from prep.io import lance_tables
 from prep.errors import PrepError
-from prep.materialize.job import Job, _dataset
+from prep.materialize.job import Job, dataset
 from prep.plan import hash as plan_hash
 
-__all__ = ["read_rows", "read_range", "bytes_per_row", "selected_ids", "hash_keys_for"]
+__all__ = ["read_rows", "read_range", "bytes_per_row", "selected_ids", "hash_keys_for", "write_selection", "selection_fingerprint"]
 
 
 def _take(ds: Any, positions: np.ndarray, columns: list[str], selection: Any = None) -> pa.Table:
@@ -36,7 +36,7 @@ def _take(ds: Any, positions: np.ndarray, columns: list[str], selection: Any = N
 
 def read_rows(job: Job, source: Any, positions: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
     """Rows at ``positions`` of the selected row set, in the given order."""
-    selection = _dataset(job, job.selection) if job.selection else None
+    selection = dataset(job, job.selection) if job.selection else None
     return _take(source, positions, list(columns or job.columns), selection)
 
 
@@ -73,7 +73,16 @@ def hash_keys_for(job: Job, source: Any) -> np.ndarray:
 # ---------------------------------------------------------------- selection
 
 
-def _write_selection(job: Job, source: Any, uri: str) -> int:
+SELECTION_KEY = b"prep.selection"  # the sidecar's schema metadata: the plan fingerprint it was selected for
+
+
+def selection_fingerprint(selection: Any) -> str | None:
+    """The fingerprint a selection sidecar (an open Lance dataset) was written for."""
+    raw = (selection.schema.metadata or {}).get(SELECTION_KEY)
+    return json.loads(raw).get("fingerprint") if raw else None
+
+
+def write_selection(job: Job, source: Any, uri: str) -> int:
     """Writes the row addresses of rows matching the filter to ``uri``; returns their count."""
     filt = job.plan.filter
     try:
@@ -81,7 +90,7 @@ def _write_selection(job: Job, source: Any, uri: str) -> int:
         reader = scanner.to_reader()
     except (ValueError, OSError) as exc:
         raise PrepError(f"--filter {filt!r} is not a valid filter for {job.source}: {str(exc).splitlines()[0][:300]}") from None
-    meta = {lance_tables.METADATA_KEY: json.dumps({"fingerprint": job.fingerprint})}
+    meta = {SELECTION_KEY: json.dumps({"fingerprint": job.fingerprint})}
     schema = pa.schema([("row_address", pa.uint64())], metadata=meta)
     count = 0
 

@@ -16,8 +16,6 @@ against the recomputed plan). The content checksum is :mod:`prep.io.checksum`'s,
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from prep import plan
@@ -25,12 +23,13 @@ from prep import plan
 from prep.io import lance_tables
 
 from prep.io import storage
-from prep.io.checksum import dataset_checksum
 from prep.errors import PrepError, one_line
-from prep.contracts.manifest import read_manifest
+from prep.contracts.manifest import read_manifest, vocab_size
 from prep.materialize.job import job_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
+from prep.materialize.report import Report, first_difference
+from prep.materialize.scan import scan_split
 from prep.runtime.progress import Bar
 from prep.materialize.verify_mixture import check_mixture
 
@@ -44,41 +43,6 @@ def _id_sums(ids: np.ndarray) -> np.ndarray:
     a = mix64(np.asarray(ids, dtype=np.uint64))
     with np.errstate(over="ignore"):
         return np.array([len(ids), a.sum(dtype=np.uint64), mix64(a).sum(dtype=np.uint64)], dtype=np.uint64)
-
-
-def _ids(uri: str, s3: storage.S3Options | None) -> np.ndarray:
-    """The ``id`` column of a split dataset, in order."""
-    ds = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
-    return ds.to_table(columns=["id"]).column("id").to_numpy()
-
-
-@dataclass
-class Report:
-    """What :func:`verify` checked and found."""
-
-    path: str
-    fingerprint: str = ""
-    epochs: int = 0
-    splits: int = 0
-    rows: int = 0
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def lines(self) -> list[str]:
-        head = "OK" if self.ok else f"FAILED ({len(self.problems)} problems)"
-        out = [
-            f"{self.path}: {head}",
-            f"  fingerprint {self.fingerprint}: {self.epochs} epochs x {self.splits} splits, {self.rows:,} rows checked",
-        ]
-        out += [f"  note: {n}" for n in self.notes]
-        out += [f"  problem: {p}" for p in self.problems[:50]]
-        if len(self.problems) > 50:
-            out.append(f"  ... and {len(self.problems) - 50} more")
-        return out
 
 
 def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = True, max_problems: int = 1000) -> Report:
@@ -101,9 +65,8 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
     manifest = read_manifest(path, s3)
     report = Report(path=path, fingerprint=manifest.fingerprint)
     if manifest.plan.mixture is not None:
-        found = check_mixture(path, manifest, s3=s3, check_ids=check_ids, max_problems=max_problems)
-        report.epochs, report.splits, report.rows = len(manifest.epochs), manifest.plan.num_splits, found.rows
-        report.problems, report.notes = found.problems, found.notes
+        report.epochs, report.splits = len(manifest.epochs), manifest.plan.num_splits
+        check_mixture(report, manifest, s3=s3, check_ids=check_ids, max_problems=max_problems)
         return report
     src, p = manifest.source, manifest.plan
     opts = storage.lance_storage_options(src.uri, s3)
@@ -126,6 +89,7 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
     source_ids = selected_ids(job, source) if has_ids else None  # 8 bytes a selected row
     source_sums = _id_sums(source_ids) if has_ids else None
     report.splits = p.num_splits
+    vocab = vocab_size(manifest)
     bar = Bar(len(manifest.epochs) * p.num_splits, f"verify {len(manifest.epochs)} epochs x {p.num_splits} splits", unit="split")
     for entry in manifest.epochs:
         report.epochs += 1
@@ -139,25 +103,28 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
             if sp.num_rows != planned:
                 report.problems.append(f"{where}: manifest says {sp.num_rows} rows, the plan {planned}")
             try:
-                rows, checksum = dataset_checksum(uri, storage.lance_storage_options(uri, s3))
-                got_ids = _ids(uri, s3) if has_ids else None
+                scan = scan_split(uri, s3, ["id"] if has_ids else [])
             except (PrepError, OSError, ValueError) as exc:  # a missing or damaged data file is a finding
                 what = "is missing" if not storage.exists(uri, s3) else f"cannot be read ({one_line(exc)})"
                 report.problems.append(f"{where}: {uri} {what}: rerun materialize-shuffle to rewrite it")
                 continue
+            rows = scan.rows
             total += rows
             report.rows += rows
             if rows != planned:
                 report.problems.append(f"{where}: {rows} rows on disk, {planned} planned")
-            if checksum != sp.checksum:
-                report.problems.append(f"{where}: checksum {checksum[:12]}... != manifest {sp.checksum[:12]}...")
+            if scan.checksum != sp.checksum:
+                report.problems.append(f"{where}: checksum {scan.checksum[:12]}... != manifest {sp.checksum[:12]}...")
+            outside = scan.tokens_outside(vocab)
+            if outside:
+                report.problems.append(f"{where}: {outside}")
             if has_ids:
+                got_ids = scan.columns.column("id").to_numpy()
                 sums += _id_sums(got_ids)  # uint64 arrays wrap: a sum mod 2^64
                 positions = plan.split_rows(split=sp.split, epoch=entry.epoch, hash_keys=keys, **job.split_kwargs())
-                want = source_ids[positions]
-                if len(want) != len(got_ids) or not np.array_equal(want, got_ids):
-                    bad = int(np.argmax(want[: len(got_ids)] != got_ids[: len(want)])) if len(want) and len(got_ids) else 0
-                    report.problems.append(f"{where}: ids differ from the plan (first at row {bad})")
+                differ = first_difference(source_ids[positions], got_ids)
+                if differ:
+                    report.problems.append(f"{where}: ids differ from the plan ({differ})")
             if len(report.problems) >= max_problems:
                 return report
         if total != manifest.num_selected_rows:

@@ -12,49 +12,40 @@ user sees the proportions the model will see.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from prep.io import lance_tables
 
 from prep.io import storage
-from prep.io.checksum import dataset_checksum
 from prep.errors import PrepError, one_line
-from prep.contracts.manifest import Manifest
-from prep.materialize.mixture import epoch_plan
+from prep.contracts.manifest import Manifest, vocab_size
+from prep.materialize.mixture import check_plannable, epoch_plan
+from prep.materialize.report import Report, first_difference
+from prep.materialize.scan import scan_split
 from prep.materialize.mixture_sources import SOURCE_COLUMN, OpenSource, open_sources, row_tokens
 from prep.plan import mixture as mixplan
 from prep.plan.spec import MixtureSpec
 
-__all__ = ["Findings", "check_mixture"]
-
-
-@dataclass
-class Findings:
-    """What :func:`check_mixture` read and found."""
-
-    rows: int = 0
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
+__all__ = ["check_mixture"]
 
 def _selected_ids(s: OpenSource) -> np.ndarray:
     return s.dataset.to_table(columns=["id"], filter=s.spec.filter).column("id").to_numpy()
 
 
-def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None, check_ids: bool,
-                  max_problems: int) -> Findings:
-    """Checks the mixture output at ``path`` (its manifest already read) against its recomputed plan."""
-    out = Findings()
+def check_mixture(out: Report, manifest: Manifest, *, s3: storage.S3Options | None, check_ids: bool,
+                  max_problems: int) -> None:
+    """Checks the mixture output at ``out.path`` (its manifest already read) against its recomputed plan,
+    adding to ``out`` what it checked and found."""
+    path = out.path
     p, mix = manifest.plan, manifest.plan.mixture
+    check_plannable(mix.epoch_rows, f"{path}: the manifest's mixture")
     for src in mix.sources:
         latest = lance_tables.open_table(src.table, storage_options=storage.lance_storage_options(src.table, s3)).version
         if latest != src.version:
             out.problems.append(f"mixture table {src.table} changed: materialized from version {src.version}, now at "
                                 f"version {latest}; re-run materialize-shuffle (with --overwrite)")
     if out.problems:
-        return out
+        return
     sources = open_sources(mix, s3 or storage.S3Options())
     first = mix.sources[0]
     if p.fingerprint(first.table, first.version) != manifest.fingerprint:
@@ -67,6 +58,7 @@ def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None
     if not has_ids:
         out.notes.append("no id column in the output: rows checked by source and count, not identity")
     g, n = mix.global_batch, len(sources)
+    vocab = vocab_size(manifest)
     token_columns = ["length"] if "length" in manifest.columns else ["input_ids"] if "input_ids" in manifest.columns else []
     for entry in manifest.epochs:
         seq = epoch_plan(p, sources, entry.epoch)
@@ -77,15 +69,17 @@ def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None
             uri = storage.join(path, sp.path)
             at = mixplan.split_positions(mix.epoch_rows, g, p.num_splits, sp.split)
             try:
-                count, checksum = dataset_checksum(uri, storage.lance_storage_options(uri, s3))
-                table = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3)).to_table(
-                    columns=[c for c in ("id", SOURCE_COLUMN) if c in manifest.columns] + token_columns)
+                scan = scan_split(uri, s3, [c for c in ("id", SOURCE_COLUMN) if c in manifest.columns] + token_columns)
             except (PrepError, OSError, ValueError) as exc:
                 out.problems.append(f"{where}: {uri} cannot be read ({one_line(exc)}): rerun materialize-shuffle")
                 continue
+            count, table = scan.rows, scan.columns
             out.rows += count
-            if checksum != sp.checksum:
-                out.problems.append(f"{where}: checksum {checksum[:12]}... != manifest {sp.checksum[:12]}...")
+            if scan.checksum != sp.checksum:
+                out.problems.append(f"{where}: checksum {scan.checksum[:12]}... != manifest {sp.checksum[:12]}...")
+            outside = scan.tokens_outside(vocab)
+            if outside:
+                out.problems.append(f"{where}: {outside}")
             if count != len(at) or sp.num_rows != len(at):
                 out.problems.append(f"{where}: {count} rows on disk, manifest {sp.num_rows}, plan {len(at)}")
                 continue
@@ -102,11 +96,11 @@ def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None
                 for i in range(n):
                     mine = seq.source[at] == i
                     want[mine] = ids[i][seq.row[at][mine]]
-                got = table.column("id").to_numpy()
-                if not np.array_equal(want, got):
-                    out.problems.append(f"{where}: ids differ from the plan (first at row {int(np.argmax(want != got))})")
+                differ = first_difference(want, table.column("id").to_numpy())
+                if differ:
+                    out.problems.append(f"{where}: ids differ from the plan ({differ})")
             if len(out.problems) >= max_problems:
-                return out
+                return
         _check_batches(out, entry.epoch, got_source, seq, mix, n)
         if entry.source_rows != tuple(rows) or entry.source_tokens != tuple(tokens):
             out.problems.append(f"epoch {entry.epoch}: rows/tokens per source on disk {rows.tolist()}/{tokens.tolist()}, "
@@ -115,10 +109,9 @@ def check_mixture(path: str, manifest: Manifest, *, s3: storage.S3Options | None
         out.notes.append(f"epoch {entry.epoch}: {mix.epoch_rows // g} global batches of {g}; by {mix.weight_by}, "
                          f"weights {_shares(weights)}; rows {_shares(rows / max(1, rows.sum()))}, "
                          f"tokens {_shares(tokens / max(1, tokens.sum()))}")
-    return out
 
 
-def _check_batches(out: Findings, epoch: int, got: np.ndarray, seq: mixplan.EpochSequence, mix: MixtureSpec,
+def _check_batches(out: Report, epoch: int, got: np.ndarray, seq: mixplan.EpochSequence, mix: MixtureSpec,
                    n: int) -> None:
     """Each global batch's rows per source on disk against the plan (by rows: and against floor/ceil of ``G*w``)."""
     g = mix.global_batch

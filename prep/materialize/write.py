@@ -13,7 +13,7 @@ One task per (epoch, split), on either executor, writes
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -23,14 +23,15 @@ from prep import plan
 from prep.io import lance_tables
 
 from prep.io import storage
+from prep.materialize.faults import kill_point
 from prep.materialize.held import Held
-from prep.materialize.job import Job, _dataset
+from prep.materialize.job import Job, dataset
 from prep.io.checksum import Checksum
+from prep.contracts.done import DoneRecord, write_done
 from prep.contracts.manifest import split_path
-from prep.contracts.materialized import done_path
 from prep.materialize.rows import read_rows
 
-__all__ = ["SplitOutput", "write_split_dataset"]
+__all__ = ["SplitOutput", "write_split", "write_split_dataset", "split_files"]
 
 
 def _split_batches(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None) -> Iterator[pa.RecordBatch]:
@@ -39,13 +40,13 @@ def _split_batches(job: Job, epoch: int, split: int, hash_keys: np.ndarray | Non
     if held is not None:  # the split's rows are in memory: take them into this epoch's order
         yield from held.batches(plan.split_rows(**kw), job.read_rows)
         return
-    source = _dataset(job, job.source, job.version)  # take: each chunk of the read order is one Lance take
+    source = dataset(job, job.source, job.version)  # take: each chunk of the read order is one Lance take
     for chunk in plan.iter_split_rows(chunk_rows=job.read_rows, **kw):
         yield from read_rows(job, source, chunk).to_batches(max_chunksize=job.read_rows)
 
 
-def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None = None) -> dict[str, Any]:
-    """One (epoch, split): write its dataset, then its done record. Idempotent.
+def write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None = None) -> DoneRecord:
+    """One (epoch, split) of a single table: write its dataset, then its done record. Idempotent.
 
     Args:
         job (Job): the run.
@@ -57,7 +58,7 @@ def _write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None,
     Returns:
         The done record (also written next to the split).
     """
-    schema = _dataset(job, job.source, job.version).schema
+    schema = dataset(job, job.source, job.version).schema
     schema = pa.schema([schema.field(c) for c in job.columns])
     batches = (batch.select(list(job.columns)) for batch in _split_batches(job, epoch, split, hash_keys, held))
     return write_split_dataset(job, epoch, split, schema, batches)
@@ -74,16 +75,30 @@ class SplitOutput(Protocol):
     def lance_options(self, uri: str) -> dict[str, str] | None: ...
 
 
+def split_files(uri: str, s3: storage.S3Options | None) -> dict[str, int]:
+    """Every file of the dataset at ``uri`` (path relative to it) and its size in bytes; empty when there is none."""
+    fs, root = storage.filesystem(uri, s3)
+    root = root.rstrip("/")
+    try:
+        found = fs.find(root, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {name[len(root) + 1:]: int(info["size"]) for name, info in found.items()
+            if info.get("type") != "directory" and name.startswith(root + "/")}
+
+
 def write_split_dataset(job: SplitOutput, epoch: int, split: int, schema: pa.Schema, batches: Iterable[pa.RecordBatch],
-                        extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Writes ``batches`` (in ``schema``) as the (epoch, split) dataset, then its done record
-    (with the keys ``extra()`` returns once the batches are written); returns the record.
-    Used by single-table runs and mixtures alike."""
+                        counts: Callable[[], tuple[list[int], list[int]]] | None = None) -> DoneRecord:
+    """Writes ``batches`` (in ``schema``) as the (epoch, split) dataset, then its done record; returns the record.
+
+    Used by single-table runs and mixtures alike; ``counts()`` (mixtures) returns the rows and
+    tokens per source once the batches are written.
+    """
     import lance
 
     rel = split_path(epoch, split)
     uri = storage.join(job.output, rel)
-    lance_tables.remove_table(uri, job.s3)  # a killed attempt may have left data files
+    lance_tables.remove_table(uri, job.s3)  # a killed attempt, or a damaged split, may have left files
     checksum = Checksum()
 
     def counted() -> Iterator[pa.RecordBatch]:
@@ -95,7 +110,12 @@ def write_split_dataset(job: SplitOutput, epoch: int, split: int, schema: pa.Sch
         pa.RecordBatchReader.from_batches(schema, counted()), uri, schema=schema, mode="create",
         max_rows_per_file=1 << 30, storage_options=job.lance_options(uri), data_storage_version=job.lance_format,
     )
-    record = {"fingerprint": job.fingerprint, "epoch": epoch, "split": split, "path": rel,
-              "num_rows": checksum.num_rows, "checksum": checksum.hexdigest(), **(extra() if extra else {})}
-    storage.write_json_atomic(storage.join(job.output, done_path(epoch, split)), record, job.s3)
+    kill_point("split")
+    rows, tokens = counts() if counts else (None, None)
+    record = DoneRecord(fingerprint=job.fingerprint, epoch=epoch, split=split, path=rel, num_rows=checksum.num_rows,
+                        checksum=checksum.hexdigest(), files=split_files(uri, job.s3),
+                        source_rows=tuple(rows) if rows is not None else None,
+                        source_tokens=tuple(tokens) if tokens is not None else None)
+    write_done(job.output, record, job.s3)
+    kill_point("done")
     return record

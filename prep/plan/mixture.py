@@ -72,13 +72,20 @@ class EpochSequence:
     taken: np.ndarray  # int64 per source: stream positions used by the epochs before this one
 
 
+_MAX_WEIGHT_TOTAL = 1 << 62  # integer weights' sum: batch arithmetic holds remainders below it in int64
+
+
 def _integer_weights(weights: Sequence[float]) -> list[int]:
     """Weights as integers with the same ratios, so that batch arithmetic is exact."""
     fractions = [Fraction(w).limit_denominator(10**6) for w in weights]
     if any(f <= 0 for f in fractions):
         raise PrepError(f"mixture weights must be > 0, got {list(weights)}")
-    denominator = np.lcm.reduce([f.denominator for f in fractions])
-    return [int(f * int(denominator)) for f in fractions]
+    denominator = np.lcm.reduce(np.array([f.denominator for f in fractions], dtype=object))
+    integers = [int(f * int(denominator)) for f in fractions]
+    if sum(integers) > _MAX_WEIGHT_TOTAL:  # batch arithmetic counts in units of 1/sum rows, in int64
+        raise PrepError(f"mixture weights {list(weights)} are too far apart or too finely divided to split batches "
+                        "exactly: round them to a few significant digits, e.g. 3 and 1 or 0.75 and 0.25")
+    return integers
 
 
 def batch_counts(weights: Sequence[float], global_batch: int, first: int, count: int) -> np.ndarray:

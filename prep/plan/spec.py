@@ -23,19 +23,74 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal, Mapping
 
 from prep.errors import PrepError
 from prep.plan import STRATEGIES, validate
 
-__all__ = ["PlanSpec", "MixtureSpec", "MixtureSource", "DEFAULT_SPLITS", "WEIGHT_UNITS"]
+__all__ = ["PlanSpec", "MixtureSpec", "MixtureSource", "DEFAULT_SPLITS", "WEIGHT_UNITS", "MAX_WEIGHT"]
 
 DEFAULT_SPLITS = 48  # world sizes 1, 2, 3, 4, 6, 8, 12, 16, 24 and 48 can read it
+# Weights are relative; any scale up to 1e15 (token counts, say) sums without overflow over 65535 sources.
+MAX_WEIGHT = 1e15
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_written(value: Any) -> str:
+    """How to write a number that YAML read as text (YAML 1.1 reads ``1e-3`` as a string), for an error.
+
+    >>> _as_written("1e-3")
+    " (read as the string '1e-3': YAML reads 1e-3 as text; write 1.0e-3)"
+    >>> _as_written("16")
+    " (read as the string '16': write it without quotes, 16)"
+    >>> _as_written(3)
+    ''
+    """
+    if not isinstance(value, str):
+        return ""
+    try:
+        float(value)
+    except ValueError:
+        return " (a string)"
+    text = value.strip().lower()
+    if "e" not in text or "inf" in text or "nan" in text:
+        return f" (read as the string {value!r}: write it without quotes, {value.strip()})"
+    mantissa, exponent = text.split("e", 1)
+    mantissa = mantissa if "." in mantissa else f"{mantissa}.0"
+    return f" (read as the string {value!r}: YAML reads {value.strip()} as text; write " \
+           f"{mantissa}e{exponent if exponent[:1] in '+-' else '+' + exponent})"
+
+
+def _filter(value: Any, key: str) -> None:
+    """A Lance SQL filter: a non-empty string holding one expression (Lance reads up to a ``;`` and drops the rest).
+
+    >>> _filter("name = 'a;b'", "plan.filter")
+    >>> _filter("length > 300; drop", "plan.filter")
+    Traceback (most recent call last):
+    prep.errors.PrepError: plan.filter='length > 300; drop' must be one SQL expression: Lance would read 'length > 300' and ignore '; drop'; remove the ';' (join conditions with AND/OR)
+    """
+    if not (isinstance(value, str) and value.strip()):
+        raise PrepError(f"{key}={value!r} must be a non-empty Lance SQL string or null")
+    quote = None
+    for i, ch in enumerate(value):
+        if quote:  # inside '...' or "..." (a doubled quote closes and reopens: same result)
+            quote = None if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == ";" and value[i + 1:].strip():
+            raise PrepError(f"{key}={value!r} must be one SQL expression: Lance would read {value[:i].strip()!r} and "
+                            f"ignore {value[i:]!r}; remove the ';' (join conditions with AND/OR)")
+
+
+def _number(value: Any, key: str, rule: str, ok: bool) -> None:
+    """Raises unless ``ok``: one line naming ``key``, the value, the rule, and how to write it if YAML read it as text."""
+    if not ok:
+        raise PrepError(f"{key}={value!r} must be {rule}{_as_written(value)}")
 
 
 def _names(value: Any, key: str) -> tuple[str, ...]:
@@ -84,17 +139,19 @@ class MixtureSource:
         key = f"plan.mixture.sources[{self.table!r}]"
         if not isinstance(self.table, str) or not self.table:
             raise PrepError(f"plan.mixture.sources: table={self.table!r} must be a table path")
-        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not self.weight > 0:
-            raise PrepError(f"{key}.weight={self.weight!r} must be a number > 0")
+        _number(self.weight, f"{key}.weight", f"a finite number > 0 and <= {MAX_WEIGHT:g}",
+                not isinstance(self.weight, bool) and isinstance(self.weight, (int, float))
+                and math.isfinite(self.weight) and 0 < self.weight <= MAX_WEIGHT)
         if self.version is not None and not (_is_int(self.version) and self.version >= 1):
             raise PrepError(f"{key}.version={self.version!r} must be an integer >= 1")
-        if self.filter is not None and not (isinstance(self.filter, str) and self.filter.strip()):
-            raise PrepError(f"{key}.filter={self.filter!r} must be a non-empty Lance SQL string or null")
+        if self.filter is not None:
+            _filter(self.filter, f"{key}.filter")
         if self.columns is not None:
             object.__setattr__(self, "columns", _names(self.columns, f"mixture.sources[{self.table!r}].columns") or None)
-        if self.max_repeats is not None and (isinstance(self.max_repeats, bool) or not isinstance(self.max_repeats, (int, float))
-                                             or not self.max_repeats > 0):
-            raise PrepError(f"{key}.max_repeats={self.max_repeats!r} must be a number > 0")
+        if self.max_repeats is not None:
+            _number(self.max_repeats, f"{key}.max_repeats", "a finite number > 0",
+                    not isinstance(self.max_repeats, bool) and isinstance(self.max_repeats, (int, float))
+                    and math.isfinite(self.max_repeats) and self.max_repeats > 0)
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "weight": self.weight, "version": self.version, "filter": self.filter,
@@ -131,12 +188,12 @@ class MixtureSpec:
             raise PrepError(f"plan.mixture has {len(srcs)} sources; at most 65535 fit the uint16 source column")
         if self.weight_by not in WEIGHT_UNITS:
             raise PrepError(f"plan.mixture.weight_by={self.weight_by!r} must be one of {list(WEIGHT_UNITS)}")
-        if not (_is_int(self.global_batch) and self.global_batch >= 1):
-            raise PrepError(f"plan.mixture.global_batch={self.global_batch!r} must be an integer >= 1")
+        _number(self.global_batch, "plan.mixture.global_batch", "an integer >= 1",
+                _is_int(self.global_batch) and self.global_batch >= 1)
         for key in ("epoch_rows", "epoch_tokens"):
             value = getattr(self, key)
-            if value is not None and not (_is_int(value) and value >= 1):
-                raise PrepError(f"plan.mixture.{key}={value!r} must be an integer >= 1")
+            if value is not None:
+                _number(value, f"plan.mixture.{key}", "an integer >= 1", _is_int(value) and value >= 1)
         if self.epoch_rows is not None and self.epoch_rows % self.global_batch:
             raise PrepError(f"plan.mixture.epoch_rows={self.epoch_rows} must be a multiple of global_batch={self.global_batch}")
 
@@ -180,16 +237,15 @@ class PlanSpec:
 
     def __post_init__(self) -> None:
         for key in ("num_splits", "clump", "seed"):
-            if not _is_int(getattr(self, key)):
-                raise PrepError(f"plan.{key}={getattr(self, key)!r} must be an integer")
+            _number(getattr(self, key), f"plan.{key}", "an integer", _is_int(getattr(self, key)))
         if not isinstance(self.strategy, str):
             raise PrepError(f"plan.strategy={self.strategy!r} must be one of {sorted(STRATEGIES)}")
         validate(num_rows=0, num_splits=self.num_splits, strategy=self.strategy, seed=self.seed, clump=self.clump)
         object.__setattr__(self, "hash_columns", _names(self.hash_columns, "hash_columns"))
         if self.strategy == "hash" and not self.hash_columns:
             raise PrepError("plan.hash_columns must name at least one column for strategy hash")
-        if self.filter is not None and not (isinstance(self.filter, str) and self.filter.strip()):
-            raise PrepError(f"plan.filter={self.filter!r} must be a non-empty Lance SQL string or null")
+        if self.filter is not None:
+            _filter(self.filter, "plan.filter")
         if self.columns is not None:
             object.__setattr__(self, "columns", _names(self.columns, "columns") or None)
         if self.mixture is not None:

@@ -30,8 +30,8 @@ from prep.io import lance_tables
 
 from prep.io import storage
 from prep.runtime.config import JobConfig
-from prep.errors import PrepError
-from prep.prepare.isolation import FAULTS_ENV, Limits, Progress, run_isolated
+from prep.errors import PrepError, one_line
+from prep.prepare.isolation import Limits, Progress, run_isolated, hooks_from_env
 from prep.prepare.rejects import Reject, rejects_table
 
 __all__ = [
@@ -77,14 +77,28 @@ def _run_chunk(
     storage_options: dict[str, str] | None,
     max_rows_per_file: int,
 ) -> tuple[bytes | None, str | None]:
-    """One chunk, inside the sandbox: ``(pickled ChunkResult, None)`` or ``(None, error)``."""
+    """One chunk, inside the sandbox: ``(pickled ChunkResult, None)`` or ``(None, error)``.
+
+    A probe (``progress.probe``) reads the worker's rows and writes nothing: ``(None, None)``.
+    """
     chunk = pickle.loads(blob)
     t0 = time.perf_counter()
+    raised: list[BaseException] = []
     try:
         out = worker(chunk, progress)
-        frags = lance_tables.write_fragments(
-            out.table, output_uri, storage_options=storage_options, max_rows_per_file=max_rows_per_file
-        ) if isinstance(out.table, pa.RecordBatchReader) or out.table.num_rows else []
+        table = _keeping_errors(out.table, raised)
+        if progress.probe:
+            for _ in table if isinstance(table, pa.RecordBatchReader) else ():
+                pass
+            return None, None
+        try:
+            frags = lance_tables.write_fragments(
+                table, output_uri, storage_options=storage_options, max_rows_per_file=max_rows_per_file
+            ) if isinstance(table, pa.RecordBatchReader) or table.num_rows else []
+        except Exception:
+            if raised:  # the worker's own error, which the writer re-raises wrapped in its own words and traceback
+                raise raised[0] from None
+            raise
         rej = lance_tables.write_fragments(
             rejects_table(out.rejects), rejects_uri, storage_options=storage_options
         ) if out.rejects else []
@@ -92,22 +106,47 @@ def _run_chunk(
         return pickle.dumps(ChunkResult(index, frags, rej, out.counts, time.perf_counter() - t0)), None
     except PrepError as exc:
         return None, f"{chunk}: {exc}"
-    except Exception as exc:  # wrapped with where it happened, re-raised by the driver
+    except OSError as exc:  # storage, not prep: its first line says what (Lance's traceback says nothing more)
+        return None, f"{chunk}: {type(exc).__name__}: {one_line(exc)}"
+    except Exception as exc:  # a bug: wrapped with where it happened, re-raised by the driver
         return None, f"{chunk}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
-def _isolated_chunk(index: int, blob: bytes, limits: Limits, faults: str | None, kwargs: dict[str, Any]) -> tuple[bytes | None, str | None]:
-    """One chunk in this thread's sandbox: ``(pickled ChunkResult, None)`` or ``(None, one-line error)``."""
+def _keeping_errors(table: pa.Table | pa.RecordBatchReader, raised: list[BaseException]) -> pa.Table | pa.RecordBatchReader:
+    """``table``, with what a stream of batches raises while the writer reads it appended to ``raised``."""
+    if not isinstance(table, pa.RecordBatchReader):
+        return table
+
+    def batches() -> Iterable[pa.RecordBatch]:
+        try:
+            yield from table
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    return pa.RecordBatchReader.from_batches(table.schema, batches())
+
+
+def _isolated_chunk(index: int, blob: bytes, limits: Limits, hooks: dict[str, str], kwargs: dict[str, Any]) -> tuple[bytes | None, str | None]:
+    """One chunk in this thread's sandbox: ``(pickled ChunkResult, None)`` or ``(None, one-line error)``.
+
+    The chunk's restarts (prep.prepare.isolation) are added to its counts as ``chunk_restarts``.
+    """
     try:
-        return run_isolated(_run_chunk, dict(index=index, blob=blob, **kwargs), limits, faults)
+        (result, error), restarts = run_isolated(_run_chunk, dict(index=index, blob=blob, **kwargs), limits, hooks)
     except PrepError as exc:
         return None, f"{pickle.loads(blob)}: {exc}"
+    if restarts and result is not None:
+        counted = pickle.loads(result)
+        counted.counts["chunk_restarts"] += restarts
+        result = pickle.dumps(counted)
+    return result, error
 
 
-def _process(batch: pa.Table, *, limits: Limits, faults: str | None, **kwargs: Any) -> pa.Table:
+def _process(batch: pa.Table, *, limits: Limits, hooks: dict[str, str], **kwargs: Any) -> pa.Table:
     """The Ray task: each chunk through this worker process's sandbox (``kwargs`` go to :func:`_run_chunk`)."""
     results, errors = zip(*(
-        _isolated_chunk(index, blob, limits, faults, kwargs)
+        _isolated_chunk(index, blob, limits, hooks, kwargs)
         for index, blob in zip(batch.column("index").to_pylist(), batch.column("chunk").to_pylist())
     ))
     return pa.table(
@@ -173,12 +212,12 @@ def run_chunks(
     items = [(i, pickle.dumps(c)) for i, c in enumerate(chunks)]
     kwargs = dict(worker=worker, output_uri=output_uri, rejects_uri=rejects_uri, storage_options=storage_options,
                   max_rows_per_file=max_rows_per_file)
-    faults = os.environ.get(FAULTS_ENV)
+    hooks = hooks_from_env()
     arrived = on_result or (lambda result: None)
     if executor == "local":
-        results = _run_local(items, kwargs, limits, faults, local_workers or os.cpu_count() or 1, arrived)
+        results = _run_local(items, kwargs, limits, hooks, local_workers or os.cpu_count() or 1, arrived)
     else:
-        results = _run_on_ray(items, kwargs, limits, faults, num_cpus_per_task, arrived, resources or {})
+        results = _run_on_ray(items, kwargs, limits, hooks, num_cpus_per_task, arrived, resources or {})
     missing = sorted(set(range(len(chunks))) - results.keys())
     if missing:
         raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
@@ -198,11 +237,11 @@ def _local_pool(workers: int) -> ThreadPoolExecutor:
     return _LOCAL[workers]
 
 
-def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, faults: str | None,
+def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str],
                workers: int, arrived: Callable[[ChunkResult], None]) -> dict[int, ChunkResult]:
     """Chunks on this process's worker threads, each feeding its own sandbox; the first error stops the rest."""
     pool = _local_pool(workers)
-    futures = {pool.submit(_isolated_chunk, index, blob, limits, faults, kwargs): index for index, blob in items}
+    futures = {pool.submit(_isolated_chunk, index, blob, limits, hooks, kwargs): index for index, blob in items}
     results: dict[int, ChunkResult] = {}
     try:
         for future in as_completed(futures):
@@ -218,7 +257,7 @@ def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: L
     return results
 
 
-def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, faults: str | None,
+def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str],
                 num_cpus_per_task: float, arrived: Callable[[ChunkResult], None],
                 resources: dict[str, float]) -> dict[int, ChunkResult]:
     """Chunks as Ray Data tasks (one block each), with finite retries."""
@@ -229,7 +268,7 @@ def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: 
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
         ds = ds.map_batches(
             _process,
-            fn_kwargs=dict(limits=limits, faults=faults, **kwargs),
+            fn_kwargs=dict(limits=limits, hooks=hooks, **kwargs),
             batch_size=1,
             batch_format="pyarrow",
             num_cpus=num_cpus_per_task,

@@ -32,14 +32,14 @@ import pyarrow as pa
 import prep
 from prep.io import lance_tables
 from prep.io import storage
-from prep.io.lance_tables import TABLE_FORMAT
+from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, TableMetadata, read_metadata
 from prep.runtime.config import JobConfig, config_hash
 from prep.errors import PrepError
 from prep.runtime.progress import Bar
 from prep.prepare import faults
 from prep.prepare.isolation import Limits
 from prep.prepare.chunk_runner import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
-from prep.contracts.ownership import claim_outputs
+from prep.contracts.ownership import Lease, claim_outputs, hold
 from prep.prepare.rejects import REJECTS_SCHEMA, check_budget
 from prep.runtime.ray_cluster import use_ray
 
@@ -96,7 +96,14 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     Raises:
         PrepError: bad inputs (before any output is touched), an output prep may not
             replace, a failed chunk, or counts that do not reconcile.
+        LeaseHeld: another run is writing the output or the rejects table.
     """
+    cfg = job.cfg
+    with hold([cfg.output, cfg.rejects_uri], job.name, cfg.s3.options().resolved()) as leases:  # before any input is read
+        return _run_leased(job, leases)
+
+
+def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     cfg = job.cfg
     t0 = time.perf_counter()
     check_apart(cfg.output, cfg.rejects_uri)
@@ -116,7 +123,7 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
                              on_result=_advance(bar, t_run), resources=cfg.ray.resources)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
-    metadata = {
+    metadata = TableMetadata.from_json({
         "format": TABLE_FORMAT,
         "prep_version": prep.__version__,
         "config": cfg.model_dump(mode="json", exclude={"s3"}),
@@ -125,7 +132,9 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
         "counts": counts,
         "rejects_uri": cfg.rejects_uri,
         **job.metadata(plan, counts),
-    }
+    }, cfg.output)  # the parser that readers use checks what is written, too
+    for lease in leases:
+        lease.check()  # a run that lost its lease (it looked dead) commits nothing
     commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
                          rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction)
     if cfg.overwrite or orphan:
@@ -135,7 +144,7 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
     return {
         "table": cfg.output,
         "rejects": cfg.rejects_uri,
-        "kind": metadata["kind"],
+        "kind": metadata.kind,
         "chunks": len(plan.chunks),
         "executor": executor,
         "sources": len(plan.sources),
@@ -204,8 +213,8 @@ def rejects_without_table(output: str, rejects: str, s3: storage.S3Options) -> b
     rejects_opts = storage.lance_storage_options(rejects, s3)
     if not lance_tables.table_exists(rejects, rejects_opts):
         return False
-    of = lance_tables.prep_metadata(lance_tables.open_table(rejects, storage_options=rejects_opts)).get("of")
-    if of != output or lance_tables.table_exists(output, storage.lance_storage_options(output, s3)):
+    meta = read_metadata(lance_tables.open_table(rejects, storage_options=rejects_opts).schema.metadata, rejects)
+    if not isinstance(meta, RejectsMetadata) or meta.of != output or lance_tables.table_exists(output, storage.lance_storage_options(output, s3)):
         return False
     log.warning("%s holds the rejects of a job whose table %s was never committed; this job replaces them", rejects, output)
     return True
@@ -216,7 +225,7 @@ def commit_and_reconcile(
     counts: dict[str, int],
     *,
     schema: pa.Schema,
-    metadata: dict[str, Any],
+    metadata: TableMetadata,
     output: str,
     rejects: str,
     s3: storage.S3Options,
@@ -235,7 +244,7 @@ def commit_and_reconcile(
     """
     rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
     reject_fragments = [f for r in results for f in r.reject_fragments]
-    rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata={"of": output}, storage_options=rejects_opts)
+    rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
     faults.maybe_raise("commit", "rejects")
     rejected_rows = rej.count_rows(filter="position != 'file'")
     fragments = [f for r in results for f in r.fragments]

@@ -9,25 +9,37 @@ watches it:
 - The chunk worker walks its items through :meth:`Progress.items`, which marks the
   index of the item in hand in a shared 8-byte page (no message per item, so no
   cost on clean data) and ``-1`` between items.
+  A worker marks itself idle (:meth:`Progress.idle`) while it hands rows to the
+  writer, so the writer's time, stalls and crashes are never charged to an item.
 - The parent waits for the result. If the child dies (any signal, an OOM kill, an
   exit) while item ``i`` is marked, or item ``i`` stays marked longer than
-  ``item_timeout_s``, the child is killed if need be, a fresh one is started, and the
-  chunk is run again with item ``i`` *poisoned*: ``Progress.items`` hands it to the
-  worker with the reason, and the worker records it as a reject where it records
-  every other bad input. The output is therefore exactly a clean run's, minus those
-  items, and rows in = rows written + rows rejected still holds.
-- At most ``max_bad_items_per_chunk`` items per chunk may be poisoned, and a death
-  outside any item (reading or writing the chunk) is retried ``max_task_retries``
-  times; past either bound the chunk fails with one line.
+  ``item_timeout_s``, the child is killed if need be and the blame is *confirmed*:
+  item ``i`` alone is run in a fresh child (a probe, whose output is discarded). Only
+  if the probe dies or hangs on it too is the chunk run again with item ``i``
+  *poisoned*: ``Progress.items`` hands it to the worker with the reason, and the
+  worker records it as a reject where it records every other bad input. The output
+  is therefore exactly a clean run's, minus those items, and rows in = rows written +
+  rows rejected still holds.
+- A death the probe does not confirm (the mark can name an innocent item: a signal
+  sent to the whole process, a crash on another thread) and a death outside any item
+  are *restarts*: the whole chunk runs again, nothing rejected, each logged and
+  counted (``chunk_restarts`` in the job's counts). At most ``max_bad_items_per_chunk``
+  items per chunk may be poisoned and ``max_task_retries`` restarts made; past either
+  bound the chunk fails with one line.
 
-``PREP_TEST_FAULTS`` (tests only) makes the sandbox crash or hang on named items,
-e.g. ``segv:ants/x.jpg;hang:bees/y.jpg;exit:BOOM``: every name that contains the
-text after the colon. The driver reads it and ships it with the chunks.
+Test hooks (tests only; :data:`TEST_HOOKS`): ``PREP_TEST_FAULTS`` makes the sandbox
+crash, hang or exit on named items, e.g. ``segv:ants/x.jpg;hang:bees/y.jpg;exit:BOOM``
+(every name that contains the text after the colon; ``segv`` crashes the thread that
+holds the item, as a native decoder does), and ``PREP_TEST_RAISE``
+(:mod:`prep.prepare.faults`) makes a stage raise. The driver reads them and ships them
+with the chunks, since sandboxes and Ray workers outlive a test's environment.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import logging
 import mmap
 import os
 import pickle
@@ -41,15 +53,19 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, ContextManager, Iterable, Iterator, TypeVar
 
 from prep.runtime.config import JobConfig
 from prep.errors import PrepError
+from prep.prepare.faults import ENV as RAISE_ENV
 from prep.runtime.ray_cluster import WORKER_ENV
 
-__all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "run_isolated", "stop_sandboxes"]
+__all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "TEST_HOOKS", "hooks_from_env", "run_isolated", "stop_sandboxes"]
+
+log = logging.getLogger(__name__)
 
 FAULTS_ENV = "PREP_TEST_FAULTS"
+TEST_HOOKS = (FAULTS_ENV, RAISE_ENV)
 _IDLE = -1
 _MARK = struct.Struct("q")
 T = TypeVar("T")
@@ -72,7 +88,13 @@ class Progress:
     """What a chunk worker walks its items through; this base class only passes them on.
 
     Workers call it outside a sandbox too (tests, benchmarks): then no item is poisoned.
+
+    Attributes:
+        probe: True when the run only checks whether one item crashes or hangs the
+            process: the worker's output is discarded, so it must not be written.
     """
+
+    probe = False
 
     def items(self, items: Iterable[T], name: Callable[[T], str] = str) -> Iterator[tuple[T, str | None]]:
         """Yields ``(item, poison)``: ``poison`` is None, or why the item must be rejected unprocessed.
@@ -84,39 +106,68 @@ class Progress:
         for item in items:
             yield item, None
 
+    def idle(self) -> ContextManager[None]:
+        """Marks the worker idle inside the ``with``: wrap handing rows to the writer in it
+        (a worker that yields batches yields them from inside an item)."""
+        return contextlib.nullcontext()
+
 
 NO_PROGRESS = Progress()
 
 
 class _Tracked(Progress):
-    """The sandbox side: marks the item in hand, hands poisoned items over with their reason."""
+    """The sandbox side: marks the item in hand, hands poisoned items over with their reason.
 
-    def __init__(self, page: mmap.mmap, poison: dict[int, str], faults: str | None) -> None:
-        self._page, self._poison = page, poison
+    With ``only`` set (a probe) it hands over that item alone.
+    """
+
+    def __init__(self, page: mmap.mmap, poison: dict[int, str], only: int | None) -> None:
+        self._page, self._poison, self._only = page, poison, only
+        self.probe = only is not None
+        faults = os.environ.get(FAULTS_ENV)
         self._faults = [tuple(f.split(":", 1)) for f in faults.split(";") if ":" in f] if faults else []
 
     def items(self, items: Iterable[T], name: Callable[[T], str] = str) -> Iterator[tuple[T, str | None]]:
-        page, poison = self._page, self._poison
+        page, poison, only = self._page, self._poison, self._only
         for i, item in enumerate(items):  # the next item is read while the mark says idle
+            if only is not None and i != only:
+                continue
             reason = poison.get(i)
             _MARK.pack_into(page, 0, i)
             if self._faults and reason is None:
                 _inject(self._faults, name(item))
-            yield item, reason
+            yield item, reason  # an exception escaping the worker here leaves the item marked: it is the culprit
             _MARK.pack_into(page, 0, _IDLE)
+            if i == only:
+                return
         _MARK.pack_into(page, 0, _IDLE)
+
+    @contextlib.contextmanager
+    def idle(self) -> Iterator[None]:
+        held = _MARK.unpack_from(self._page, 0)[0]
+        _MARK.pack_into(self._page, 0, _IDLE)
+        try:
+            yield
+        finally:
+            _MARK.pack_into(self._page, 0, held)
 
 
 def _inject(faults: list[tuple[str, ...]], name: str) -> None:
+    """Crashes, hangs or ends the process in the thread that holds the item, as a bad input would."""
     for action, needle in faults:
         if needle in name:
-            if action == "segv":
-                os.kill(os.getpid(), signal.SIGSEGV)
-            if action == "hang":
+            if action == "segv":  # thread-directed: os.kill would let this thread run on to later items
+                signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)
+            if action in ("segv", "hang"):
                 while True:
                     time.sleep(3600)
             if action == "exit":
                 os._exit(3)
+
+
+def hooks_from_env() -> dict[str, str]:
+    """The test hooks set in this process's environment, to ship with the chunks (see the module docstring)."""
+    return {k: os.environ[k] for k in TEST_HOOKS if k in os.environ}
 
 
 def _dumps(obj: Any) -> bytes:
@@ -151,10 +202,12 @@ class _Sandbox:
         page_file.write(b"\0" * _MARK.size)
         page_file.flush()
         # One thread per sandbox (the task's CPU share), Lance's log quiet: as Ray's workers get them.
-        env = {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        # The child imports exactly what this process imports: its sys.path, the current folder
+        # only where this process has it (``-P``: never a ``prep/`` that happens to be in the cwd).
+        env = {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
         fds = (parent[0], child[1], page_file.fileno())
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "prep.prepare.isolation", *map(str, fds)], pass_fds=fds, env=env, close_fds=True
+            [sys.executable, "-P", "-m", "prep.prepare.isolation", *map(str, fds)], pass_fds=fds, env=env, close_fds=True
         )
         os.close(parent[0])
         os.close(child[1])
@@ -204,29 +257,41 @@ class _Sandbox:
         self._stop()
         return "died", (item, _describe_death(code))
 
-    def run(self, fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, faults: str | None) -> Any:
+    def run(self, fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str]) -> tuple[Any, int]:
         """``fn(progress, **kwargs)`` in the child, poisoning items that crash or hang it.
 
+        Returns:
+            What ``fn`` returned, and how many times the chunk was restarted (deaths
+            not pinned on an item).
+
         Raises:
-            PrepError: too many bad items, repeated deaths outside items, or ``fn`` raised.
+            PrepError: too many bad items, too many restarts, or ``fn`` raised.
         """
         poison: dict[int, str] = {}
-        deaths = 0
+        restarts = 0
         while True:
-            kind, value = self._attempt(_dumps((fn, kwargs, poison, faults)), limits.item_timeout_s)
+            kind, value = self._attempt(_dumps((fn, kwargs, poison, hooks, None)), limits.item_timeout_s)
             if kind == "ok":
-                return value
+                return value, restarts
             if kind == "error":
                 raise PrepError(value)
             item, reason = value
-            if item == _IDLE:
-                deaths += 1
-                if deaths > limits.max_task_retries:
-                    raise PrepError(f"{reason} outside any single item (reading or writing the chunk) {deaths} times (max_task_retries={limits.max_task_retries})")
+            if item != _IDLE and self._confirmed(fn, kwargs, item, limits, hooks):
+                poison[item] = reason
+                if len(poison) > limits.max_bad_items_per_chunk:
+                    raise PrepError(f"{len(poison)} items crashed or timed out in one chunk (max_bad_items_per_chunk={limits.max_bad_items_per_chunk}); last: {reason}")
                 continue
-            poison[item] = reason
-            if len(poison) > limits.max_bad_items_per_chunk:
-                raise PrepError(f"{len(poison)} items crashed or timed out in one chunk (max_bad_items_per_chunk={limits.max_bad_items_per_chunk}); last: {reason}")
+            restarts += 1
+            where = "outside any single item" if item == _IDLE else f"while item {item} was in hand, but not when that item ran alone"
+            if restarts > limits.max_task_retries:
+                raise PrepError(f"{reason} {where}, {restarts} times (max_task_retries={limits.max_task_retries})")
+            log.warning("%s %s; the whole chunk runs again (restart %d of max_task_retries=%d)", reason, where, restarts, limits.max_task_retries)
+
+    def _confirmed(self, fn: Callable[..., Any], kwargs: dict[str, Any], item: int, limits: Limits, hooks: dict[str, str]) -> bool:
+        """Whether ``item`` alone, in a fresh child, crashes or hangs it too: the mark can name an
+        innocent item (a signal sent to the whole process, a crash on another thread)."""
+        kind, value = self._attempt(_dumps((fn, kwargs, {}, hooks, item)), limits.item_timeout_s)
+        return kind == "died" and value[0] == item
 
 
 _SANDBOXES = threading.local()  # one per thread: a Ray worker's task thread, each local worker thread
@@ -240,7 +305,8 @@ def stop_sandboxes() -> None:
         sandbox._stop()
 
 
-def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, faults: str | None = None) -> Any:
+def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
+                 hooks: dict[str, str] | None = None) -> tuple[Any, int]:
     """Runs ``fn(progress, **kwargs)`` in this thread's sandbox child (see the module docstring).
 
     The sandbox is started on the thread's first call and kept: a Ray worker, or a worker
@@ -250,10 +316,11 @@ def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
         fn: a module-level function taking a :class:`Progress` first.
         kwargs: its other arguments (picklable).
         limits: the job's limits.
-        faults: the ``PREP_TEST_FAULTS`` value the driver saw (tests only).
+        hooks: the test hooks the driver saw (:func:`hooks_from_env`; tests only).
 
     Returns:
-        What ``fn`` returned.
+        What ``fn`` returned, and how many times the chunk was restarted after a death
+        that no item was confirmed to cause.
 
     Raises:
         PrepError: the chunk cannot finish within the limits; one line saying why.
@@ -262,7 +329,16 @@ def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
     if sandbox is None:
         sandbox = _SANDBOXES.sandbox = _Sandbox()
         _STARTED.append(sandbox)
-    return sandbox.run(fn, kwargs, limits, faults)
+    return sandbox.run(fn, kwargs, limits, hooks or {})
+
+
+def _apply(hooks: dict[str, str]) -> None:
+    """Sets this sandbox's test hooks to the driver's (a sandbox serves many jobs)."""
+    for key in TEST_HOOKS:
+        if key in hooks:
+            os.environ[key] = hooks[key]
+        else:
+            os.environ.pop(key, None)
 
 
 def _child(request_fd: int, reply_fd: int, page_fd: int) -> None:
@@ -279,8 +355,9 @@ def _child(request_fd: int, reply_fd: int, page_fd: int) -> None:
         except (EOFError, OSError):
             return
         try:
-            fn, kwargs, poison, faults = pickle.loads(request)
-            reply = ("ok", fn(_Tracked(page, poison, faults), **kwargs))
+            fn, kwargs, poison, hooks, only = pickle.loads(request)
+            _apply(hooks)
+            reply = ("ok", fn(_Tracked(page, poison, only), **kwargs))
         except Exception as exc:  # fn reports its own errors; this is a failure of the sandbox itself
             reply = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         _MARK.pack_into(page, 0, _IDLE)

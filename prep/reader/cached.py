@@ -24,7 +24,8 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from prep.cache.store import Key, Lease, SplitCache
+from prep.cache.locks import ReadLease
+from prep.cache.store import Key, SplitCache
 from prep.errors import PrepError, one_line
 from prep.reader import forksafe
 from prep.reader.source import SplitTable
@@ -126,6 +127,7 @@ class FetchStage:
         for t in self._threads:
             t.join()
         self.cache.fetcher.shutdown()
+        self.cache.close()
 
 
 class CachedSplit:
@@ -137,7 +139,7 @@ class CachedSplit:
                  open_remote: Callable[[], SplitTable]) -> None:
         self._key, self._stage, self._rows, self._columns = key, stage, expected_rows, columns
         self._open_remote = open_remote
-        self._lease: Lease | None = None
+        self._lease: ReadLease | None = None
         self._table: SplitTable | None = None
         self._local = self._try_local()
 

@@ -107,7 +107,7 @@ class ReaderDataset(IterableDataset):
         b = rows_per_split_step(global_batch_size, self.layout.num_splits)
         self.schedule = Schedule.build(self.layout.split_rows, chosen, b)
         self.local_batch_size = b * len(self.splits)
-        self.spec = spec_from_metadata(self.layout.metadata, self.layout.columns, pad_id=pad_id, token_dtype=token_dtype,
+        self.spec = spec_from_metadata(self.layout.metadata, pad_id=pad_id, token_dtype=token_dtype,
                                        pad_to_multiple_of=pad_to_multiple_of, image_layout=image_layout,
                                        return_loss_mask=return_loss_mask,
                                        sources=len(self.layout.mixture_tables or ()))

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from prep.io import storage
+from prep.contracts.table import TableMetadata
 from prep.errors import PrepError
 from prep.contracts.manifest import read_manifest
 from prep.reader.source import SplitTable
@@ -50,7 +51,7 @@ class Materialized:
     split_rows: dict[int, np.ndarray]
     split_paths: dict[int, tuple[str, ...]]
     columns: tuple[str, ...]
-    metadata: dict[str, Any]
+    metadata: TableMetadata
     source_version: int | None
     s3: storage.S3Options | None = None
     mixture_batch: int | None = None
@@ -79,7 +80,7 @@ class Materialized:
             split_rows={e.epoch: np.array([s.num_rows for s in e.splits], dtype=np.int64) for e in m.epochs},
             split_paths={e.epoch: tuple(s.path for s in e.splits) for e in m.epochs},
             columns=m.columns,
-            metadata=dict(m.source.metadata),
+            metadata=m.source.metadata,
             source_version=m.source.version,
             s3=s3,
             mixture_batch=m.plan.mixture.global_batch if m.plan.mixture else None,

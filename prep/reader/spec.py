@@ -8,16 +8,16 @@ image metadata gives the pixel shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 
+from prep.contracts.table import TEXT_KINDS, TableMetadata
 from prep.errors import PrepError
 
 __all__ = ["CollateSpec", "TEXT_KINDS", "spec_from_metadata", "row_bytes"]
 
-TEXT_KINDS = ("sft", "pretrain", "packed")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,25 +67,24 @@ class CollateSpec:
 
 
 
-def spec_from_metadata(meta: dict[str, Any], columns: Sequence[str], *, pad_id: int | None = None,
+def spec_from_metadata(meta: TableMetadata, *, pad_id: int | None = None,
                        token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
                        image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
                        sources: int = 0) -> CollateSpec:
     """The collate spec for a table described by its ``prep`` metadata (kind, tokenizer, image shape).
 
     Raises:
-        PrepError: no pad id can be found for a text table, or image metadata is incomplete.
+        PrepError: no pad id can be found for a text table, or an image table stores no pixels.
     """
-    kind = meta.get("kind") or ("images" if "image" in columns else "packed" if "position_ids" in columns else "sft")
+    kind = meta.kind
     image_shape = None
     if kind == "images":
-        image = meta.get("image") or {}
-        if image.get("layout", "HWC") != "HWC" or len(image.get("shape") or ()) != 3:
-            raise PrepError(f"image table metadata {image!r} must give shape [H, W, C] with layout HWC")
-        image_shape = tuple(image["shape"])
+        if meta.image is None:
+            raise PrepError("the image table stores no decoded pixels (it was prepared with store_pixels: false); "
+                            "prepare it with pixels to read it with prep.reader")
+        image_shape = meta.image.shape
     elif pad_id is None:
-        tok = meta.get("tokenizer") or {}
-        pad_id = tok.get("pad_id") if tok.get("pad_id") is not None else tok.get("eos_id")
+        pad_id = meta.tokenizer.pad_or_eos if meta.tokenizer else None
         if pad_id is None:
             raise PrepError("the table metadata names no tokenizer pad_id or eos_id: pass pad_id=")
     return CollateSpec(kind=kind, pad_id=int(pad_id or 0), token_dtype=token_dtype, pad_to_multiple_of=pad_to_multiple_of,
@@ -93,13 +92,13 @@ def spec_from_metadata(meta: dict[str, Any], columns: Sequence[str], *, pad_id: 
                        sources=sources)
 
 
-def row_bytes(meta: dict[str, Any], spec: CollateSpec) -> int:
+def row_bytes(meta: TableMetadata, spec: CollateSpec) -> int:
     """Roughly how many bytes one row reads (to size reads)."""
     if spec.kind == "images":
         return int(np.prod(spec.image_shape)) + 16
-    if spec.kind == "packed" and meta.get("seq_len"):
-        return int(meta["seq_len"]) * 9 + 16
-    counts = meta.get("counts") or {}
+    if spec.kind == "packed" and meta.seq_len:
+        return meta.seq_len * 9 + 16
+    counts = meta.counts
     if counts.get("tokens") and counts.get("rows_written"):
         return int(counts["tokens"] / counts["rows_written"] * 5) + 24
     return 2048

@@ -28,8 +28,24 @@ def configure(*, verbose: bool = False, quiet: bool = False) -> None:
     """Sets up logging for one CLI run: timestamps; INFO with ``verbose``, else WARNING and no noise."""
     _state.update(verbose=verbose, quiet=quiet)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format=LOG_FORMAT, datefmt=DATE_FORMAT, force=True)
+    for handler in logging.root.handlers:
+        handler.addFilter(_printed_on_the_way)
     if not verbose:
         quiet_third_party()
+
+
+def _printed_on_the_way(record: logging.LogRecord) -> bool:
+    """False for a record that a handler of its own logger (or of a parent below the root) has printed already.
+
+    Libraries such as huggingface_hub give their logger a stderr handler of their own and still let records
+    propagate to the root, where this process's handler would print each line a second time.
+    """
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None and logger is not logging.root:
+        if any(record.levelno >= h.level for h in logger.handlers):
+            return False
+        logger = logger.parent if logger.propagate else None
+    return True
 
 
 def quiet_third_party() -> None:

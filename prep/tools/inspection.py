@@ -21,7 +21,7 @@ import prep
 from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError
-from prep.io.lance_tables import TABLE_FORMAT
+from prep.contracts.table import RejectsMetadata, TableMetadata, read_metadata, read_table_metadata
 from prep.contracts.manifest import MANIFEST, Manifest, read_manifest
 from prep.contracts.ownership import MARKER
 from prep.prepare.rejects import reason_group
@@ -54,16 +54,12 @@ def open_prepared(path: str, s3: storage.S3Options | None = None) -> tuple[Kind,
         raise PrepError(f"{path} {what}: `prep inspect` takes a table from `prep pretokenize`/`prep decode-images`, "
                         f"its .rejects.lance table, or an output of `prep materialize-shuffle`")
     ds = lance_tables.open_table(path, storage_options=storage.lance_storage_options(path, s3))
-    meta = lance_tables.prep_metadata(ds)
-    if "of" in meta and "format" not in meta:
+    meta = read_metadata(ds.schema.metadata, path)
+    if isinstance(meta, RejectsMetadata):
         return "rejects", ds
-    fmt = meta.get("format")
-    if fmt is None:
+    if meta is None:
         raise PrepError(f"{path} is a Lance table prep did not write (no prep metadata in its schema): "
                         "inspect it with Lance itself, e.g. lance.dataset(path).head(5)")
-    if fmt != TABLE_FORMAT:
-        raise PrepError(f"{path} was written in format {fmt!r} by prep {meta.get('prep_version', '?')}; this prep "
-                        f"({prep.__version__}) reads {TABLE_FORMAT!r}: upgrade prep to inspect it")
     return "table", ds
 
 
@@ -78,28 +74,28 @@ def inspect_path(path: str, *, rows: int = 0, s3: storage.S3Options | None = Non
 
 # --- prepared tables -------------------------------------------------------------------------------
 
-def _versions(meta: dict[str, Any]) -> dict[str, str]:
-    return {"written_by_prep": meta.get("prep_version", "?"), "this_prep": prep.__version__, "pylance": dist.version("pylance")}
+def _versions(meta: TableMetadata) -> dict[str, str]:
+    return {"written_by_prep": meta.prep_version, "this_prep": prep.__version__, "pylance": dist.version("pylance")}
 
 
 def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options | None) -> dict[str, Any]:
-    meta = lance_tables.prep_metadata(ds)
+    meta = read_table_metadata(ds, path)
     report: dict[str, Any] = {
-        "table_kind": meta.get("kind"),
+        "table_kind": meta.kind,
         "version": ds.version,
         "num_rows": ds.count_rows(),
         "schema": {f.name: str(f.type) for f in ds.schema},
-        "counts": meta.get("counts", {}),
-        "config": meta.get("config", {}),
-        "config_hash": meta.get("config_hash"),
-        "sources": len(meta.get("sources", [])),
+        "counts": dict(meta.counts),
+        "config": dict(meta.config),
+        "config_hash": meta.config_hash,
+        "sources": len(meta.sources),
         "versions": _versions(meta),
     }
-    if meta.get("kind") == "images":
+    if meta.kind == "images":
         report.update(_images(ds, meta, rows))
     else:
         report.update(_text(ds, meta, rows))
-    rejects_uri = meta.get("rejects_uri")
+    rejects_uri = meta.rejects_uri
     if rejects_uri and storage.exists(storage.join(rejects_uri, "_versions"), s3):
         rej = lance_tables.open_table(rejects_uri, storage_options=storage.lance_storage_options(rejects_uri, s3))
         report["rejects"] = {"path": rejects_uri, **_rejects(rejects_uri, rej, 0, s3)}
@@ -108,12 +104,12 @@ def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options |
     return report
 
 
-def _text(ds: lance.LanceDataset, meta: dict[str, Any], rows: int) -> dict[str, Any]:
+def _text(ds: lance.LanceDataset, meta: TableMetadata, rows: int) -> dict[str, Any]:
     lengths = ds.to_table(columns=["length"])["length"].to_numpy()
-    counts = meta.get("counts", {})
+    counts = meta.counts
     out: dict[str, Any] = {
-        "tokenizer": meta.get("tokenizer"),
-        "seq_len": meta.get("seq_len"),
+        "tokenizer": meta.tokenizer.to_json() if meta.tokenizer else None,
+        "seq_len": meta.seq_len,
         "tokens": int(lengths.sum()),
         "tokens_trained": counts.get("tokens_trained"),
         "length": {"min": int(lengths.min()) if len(lengths) else 0, "max": int(lengths.max()) if len(lengths) else 0,
@@ -121,7 +117,7 @@ def _text(ds: lance.LanceDataset, meta: dict[str, Any], rows: int) -> dict[str, 
         "lengths": lengths,  # for the plot; dropped from --json
     }
     if rows:
-        out["samples"] = decode_rows(ds.head(rows).to_pylist(), (meta.get("tokenizer") or {}).get("name"))
+        out["samples"] = decode_rows(ds.head(rows).to_pylist(), meta.tokenizer.name if meta.tokenizer else None)
     return out
 
 
@@ -148,15 +144,15 @@ def decode_rows(rows: list[dict[str, Any]], tokenizer: str | None) -> list[dict[
     return out
 
 
-def _images(ds: lance.LanceDataset, meta: dict[str, Any], rows: int) -> dict[str, Any]:
-    names = meta.get("labels") or []
+def _images(ds: lance.LanceDataset, meta: TableMetadata, rows: int) -> dict[str, Any]:
+    names = list(meta.extra.get("labels") or [])
     labels = ds.to_table(columns=["label"])["label"].to_numpy()
     counts = Counter(int(x) for x in labels)
     out: dict[str, Any] = {
-        "image": meta.get("image"),
+        "image": meta.image.to_json() if meta.image else None,
         "labels": {_label(names, k): n for k, n in sorted(counts.items())},
     }
-    shape = (meta.get("image") or {}).get("shape")
+    shape = meta.image.shape if meta.image else None
     head = ds.head(max(rows, _GALLERY), columns=[c for c in ("id", "label", "source", "image") if c in ds.schema.names])
     samples = []
     for row in head.to_pylist():
@@ -183,7 +179,8 @@ def _rejects(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options
         if len(g["examples"]) < max(_EXAMPLES_PER_REASON, rows):
             g["examples"].append({"source": source, "position": position, "reason": reason, "raw": (raw or "")[:160]})
     ordered = dict(sorted(groups.items(), key=lambda kv: -kv[1]["count"]))
-    of = lance_tables.prep_metadata(ds).get("of")
+    meta = read_metadata(ds.schema.metadata, path)
+    of = meta.of if isinstance(meta, RejectsMetadata) else None
     return {"num_rows": t.num_rows, "of": of, "table_committed": bool(of) and storage.exists(storage.join(of, "_versions"), s3),
             "files_rejected": int(pc.sum(pc.equal(t["position"], "file")).as_py() or 0), "reasons": ordered}
 
@@ -206,7 +203,7 @@ def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[st
         "epochs": sorted(per_epoch), "num_splits": manifest.plan.num_splits,
         "rows_per_epoch": {e: sum(r) for e, r in per_epoch.items()},
         "rows_per_split": per_epoch,
-        "table_kind": meta.get("kind"), "tokenizer": meta.get("tokenizer"),
+        "table_kind": meta.kind, "tokenizer": meta.tokenizer.to_json() if meta.tokenizer else None,
         "versions": {"written_by_prep": manifest.prep_version, "this_prep": prep.__version__, "pylance": dist.version("pylance")},
     }
     shares = _source_shares(path, manifest, s3)
@@ -217,7 +214,7 @@ def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[st
         split = lance_tables.open_table(storage.join(path, first), storage_options=storage.lance_storage_options(path, s3))
         head = split.head(rows).to_pylist()
         if "input_ids" in split.schema.names:
-            report["samples"] = decode_rows(head, (meta.get("tokenizer") or {}).get("name"))
+            report["samples"] = decode_rows(head, meta.tokenizer.name if meta.tokenizer else None)
         else:
             report["samples"] = [{"id": int(r["id"]), "label": r.get("label")} for r in head]
     return report

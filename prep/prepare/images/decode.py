@@ -13,7 +13,8 @@ can still read. Alpha is dropped, not composited (as both libraries' RGB convers
 do). Images over ``max_pixels`` are refused from their header, before decoding.
 
 Anything that cannot be decoded raises :class:`ImageError`, whose message is the
-reject reason.
+reject reason: whatever a library raises on a malformed file (Pillow raises
+``TypeError``, ``KeyError``, ``SyntaxError``... from its parsers) becomes one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms.v2 import functional as F
+
+from prep.errors import one_line
 
 __all__ = ["ImageError", "Decoded", "decode", "TORCHVISION_FORMATS"]
 
@@ -181,6 +184,16 @@ def decode(data: bytes, channels: int = 3, max_pixels: int = 100_000_000) -> Dec
     >>> d = decode(buf.getvalue()); tuple(d.pixels.shape), d.format, d.via_pil
     ((3, 2, 4), 'PNG', False)
     """
+    try:
+        return _decode(data, channels, max_pixels)
+    except ImageError:
+        raise
+    except Exception as exc:  # a parser's own failure on this file (Pillow's TIFF frame count raises TypeError)
+        message = one_line(str(exc))
+        raise ImageError(f"cannot decode {_magic(data) or 'image'}: {type(exc).__name__}" + (f": {message}" if message else "")) from None
+
+
+def _decode(data: bytes, channels: int, max_pixels: int) -> Decoded:
     if not data:
         raise ImageError("empty file (0 bytes)")
     fmt = _magic(data)

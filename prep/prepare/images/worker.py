@@ -1,8 +1,11 @@
 """One chunk of images -> Arrow rows + rejects + counts. Runs inside a Ray task.
 
 Per image: resolve the label, decode by content, fit to the target size, lay out as
-HWC, optionally re-encode. The rows of a chunk are gathered into one contiguous
-buffer and handed to Arrow as a ``fixed_size_list<uint8>`` without a per-row copy.
+HWC, optionally re-encode. Any exception raised for one image, whatever its type and
+stage, rejects that image with the stage, the exception's type and its message; only
+failures that are not about one image (reading the chunk, writing) fail the chunk.
+The rows of a chunk are gathered into one contiguous buffer and handed to Arrow as a
+``fixed_size_list<uint8>`` without a per-row copy.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import pyarrow as pa
 import torch
 
 from prep.io import storage
-from prep.errors import PrepError
+from prep.errors import one_line
+from prep.prepare.faults import maybe_raise
 from prep.prepare.ids import stable_ids
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.decode import ImageError, decode
@@ -106,8 +110,7 @@ class ImageChunkWorker:
     def _batches(self, chunk: Any, progress: Progress, schema: pa.Schema, rejects: list[Reject],
                  counts: Counter) -> Iterator[pa.RecordBatch]:
         cfg = self.cfg
-        h, w, c = cfg.shape
-        fit_ = Fit(h, w, cfg.resize, cfg.interpolation, cfg.antialias, cfg.pad_value)
+        fit_ = Fit(*cfg.shape[:2], cfg.resize, cfg.interpolation, cfg.antialias, cfg.pad_value)
         rows = _Rows(cfg)
         for item, poison in progress.items(read_chunk(chunk, cfg, self.s3), name=_source):
             if isinstance(item, Reject):
@@ -117,27 +120,63 @@ class ImageChunkWorker:
                 continue
             counts["rows_read"] += 1
             counts["bytes_read"] += len(item.data)
-            try:
-                if poison is not None:  # crashed or hung this worker before: rejected, not decoded again
-                    raise ImageError(poison)
-                label, name = self.labels.resolve(item.label)
-                dec = decode(item.data, c, cfg.max_pixels)
-            except (LabelError, ImageError) as exc:
-                rejects.append(Reject(item.reject_source, item.position, str(exc), repr(item.data[:48])))
+            row = self._row(item, poison, fit_)
+            if isinstance(row, str):
+                rejects.append(Reject(item.reject_source, item.position, row, repr(item.data[:48])))
                 counts["rows_rejected"] += 1
                 continue
-            chw = fit(dec.pixels, fit_)
-            if tuple(chw.shape) != (c, h, w):  # a decoder broke its contract: fail loudly, never misalign rows
-                raise PrepError(f"{item.source}: decoded to shape {tuple(chw.shape)}, expected {(c, h, w)}; please report this file")
-            counts[f"format:{dec.format}"] += 1
-            counts["decoded_with_pil"] += dec.via_pil
-            counts["animated_first_frame_kept"] += dec.frames > 1
-            rows.add(item, chw, label, name)
+            counts[f"format:{row.format}"] += 1
+            counts["decoded_with_pil"] += row.via_pil
+            counts["animated_first_frame_kept"] += row.frames > 1
+            rows.add(row)
             counts["rows_accepted"] += 1
             if len(rows) == _BATCH_ROWS:
-                yield rows.flush(schema, counts)
+                with progress.idle():  # the writer's time is not this image's
+                    yield rows.flush(schema, counts)
         if len(rows):
             yield rows.flush(schema, counts)
+
+    def _row(self, item: Any, poison: str | None, fit_: Fit) -> _Row | str:
+        """The image's row, or why it is rejected."""
+        if poison is not None:  # crashed or hung this worker before: rejected, not decoded again
+            return poison
+        cfg = self.cfg
+        h, w, c = cfg.shape
+        stage = "label"
+        try:
+            label, name = self.labels.resolve(item.label)
+            stage = "decode"
+            maybe_raise(stage, item.source)
+            dec = decode(item.data, c, cfg.max_pixels)
+            stage = "resize"
+            maybe_raise(stage, item.source)
+            chw = fit(dec.pixels, fit_)
+            if tuple(chw.shape) != (c, h, w):  # a decoder broke its contract: never misalign rows
+                return f"decoded to shape {tuple(chw.shape)}, expected {(c, h, w)}; please report this file"
+            stage = "encode"
+            maybe_raise(stage, item.source)
+            hwc = chw.permute(1, 2, 0).contiguous().numpy()
+            encoded = _encode(hwc, chw, cfg.encode, cfg.quality) if cfg.encode != "none" else b""
+        except (LabelError, ImageError) as exc:
+            return str(exc)
+        except Exception as exc:  # whatever a library raises for this one image costs this image alone
+            message = one_line(str(exc))
+            return f"{stage} failed: {type(exc).__name__}" + (f": {message}" if message else "")
+        return _Row(item, hwc, encoded, label, name, dec.format, dec.frames, dec.via_pil)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One image, ready: every column's value, computed before any is appended."""
+
+    item: Any
+    hwc: np.ndarray
+    encoded: bytes
+    label: int
+    name: str
+    format: str
+    frames: int
+    via_pil: bool
 
 
 _BATCH_ROWS = 64  # images per record batch: bounds a task's memory (64 x 224x224x3 = 9.6 MB of pixels)
@@ -163,19 +202,18 @@ class _Rows:
     def __len__(self) -> int:
         return len(self.id_keys)
 
-    def add(self, item: Any, chw: torch.Tensor, label: int, name: str) -> None:
-        cfg = self.cfg
-        hwc = chw.permute(1, 2, 0).contiguous().numpy()
+    def add(self, row: _Row) -> None:
+        cfg, item = self.cfg, row.item
         self.id_keys.append(item.id_key)
         self.id_pos.append(item.id_pos)
         if cfg.store_pixels:
-            self.pixels.append(hwc.reshape(-1))
+            self.pixels.append(row.hwc.reshape(-1))
         if cfg.encode != "none":
-            self.encoded.append(_encode(hwc, chw, cfg.encode, cfg.quality))
+            self.encoded.append(row.encoded)
         if cfg.keep_original:
             self.originals.append(item.data)
-        self.labels.append(label)
-        self.names.append(name)
+        self.labels.append(row.label)
+        self.names.append(row.name)
         self.sources.append(item.source)
 
     def flush(self, schema: pa.Schema, counts: Counter) -> pa.RecordBatch:

@@ -1,36 +1,179 @@
-"""Compiling HuggingFace chat templates without importing transformers.
+"""Chat templates rendered by transformers' own machinery, and proofs that a template only frames its messages.
 
-The environment matches what transformers uses for ``apply_chat_template``
-(sandboxed Jinja, ``trim_blocks``/``lstrip_blocks``, loop controls, ``tojson``,
-``raise_exception``), so workers render exactly what the tokenizer would.
+:class:`ChatTemplate` renders through ``transformers.utils.chat_template_utils``: the same compiled,
+sandboxed environment (``strftime_now``, ``raise_exception``, ``{% generation %}``...) and the same
+``render_jinja_template`` that ``apply_chat_template`` calls, so a row renders exactly as transformers renders
+it, whatever transformers adds later. (It costs each process one import of transformers, about 1 s of CPU;
+torch is not imported.)
+
+:meth:`ChatTemplate.frame_render` is for :class:`prep.prepare.text.formats.SFTFormatter`'s fast path: it renders
+with :class:`Probe` contents in a guarded copy of that environment, so that a template which does anything with
+a message's content but write it out (compare it, measure it, slice it, call a method on it, run it through a
+filter other than ``string``, pass it to a call) raises :class:`ContentRead` instead of rendering. A render that
+completes therefore depends on the contents only through where they are written.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-from typing import Any
+import re
+from typing import Any, Callable
 
-__all__ = ["compile_chat_template"]
+__all__ = ["ChatTemplate", "ContentRead", "Probe", "Spans"]
 
+Spans = list[tuple[int, int]]
 
-def _raise_exception(message: str) -> None:
-    from jinja2.exceptions import TemplateError
-
-    raise TemplateError(message)
-
-
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+# transformers' own test for "this template marks generation" (render_jinja_template)
+_GENERATION_TAG = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
 
 
-@functools.lru_cache(maxsize=8)
-def compile_chat_template(template: str) -> Any:
-    """A compiled ``jinja2.Template`` for ``template`` (cached)."""
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+class ContentRead(Exception):
+    """The template looked at a message's content instead of only writing it out."""
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    return env.from_string(template)
+
+class Probe(str):
+    """A message content that a template may write out or join to other text, and nothing else.
+
+    Everything else a template can do with a string (compare, hash, ``len``, ``in``, index, iterate,
+    format, ``repr``, any method) raises :class:`ContentRead`. Truth is allowed and is ``True``: callers
+    only take the fast path for non-empty contents.
+    """
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("_"):  # Python's own protocol lookups; templates cannot reach these (sandbox)
+            return str.__getattribute__(self, name)
+        raise ContentRead(f"content.{name}")
+
+    def __str__(self) -> str:
+        return self
+
+    def __add__(self, other: Any) -> "Probe":
+        if not isinstance(other, str):
+            raise ContentRead("content +")
+        return Probe(str.__add__(self, other))
+
+    def __radd__(self, other: Any) -> "Probe":
+        if not isinstance(other, str):
+            raise ContentRead("+ content")
+        return Probe(str.__add__(other, self))
+
+    def __bool__(self) -> bool:
+        return True
+
+    def _read(self, *args: Any, **kwargs: Any) -> Any:
+        raise ContentRead("content read")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = __len__ = __contains__ = _read  # type: ignore[assignment]
+    __getitem__ = __iter__ = __mod__ = __rmod__ = __mul__ = __rmul__ = __format__ = __repr__ = _read  # type: ignore[assignment]
+
+
+# Filters and tests that read string data in C (json, re, int(), Markup copies) or take a content as an argument
+# of another string's method: a probe anywhere in their arguments means the output may depend on the content.
+_READING_FILTERS = frozenset({
+    "tojson", "int", "float", "wordcount", "urlize", "striptags", "safe", "forceescape", "escape", "e", "replace",
+    "join", "format", "urlencode", "xmlattr", "filesizeformat", "pprint",
+})
+_TYPE_TESTS = frozenset({"string", "defined", "undefined", "none", "mapping", "iterable", "sequence", "number",
+                         "integer", "float", "boolean", "callable", "true", "false"})
+
+
+def _holds_probe(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, Probe):
+        return True
+    if depth > 8:
+        return True  # deep structures are not walked: assume the worst
+    if isinstance(value, dict):
+        return any(_holds_probe(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_probe(v, depth + 1) for v in value)
+    return False
+
+
+def _guard_filter(name: str, f: Callable) -> Callable:
+    @functools.wraps(f)  # keeps jinja's pass_context/pass_eval_context marks
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if name in _READING_FILTERS and (_holds_probe(args) or _holds_probe(kwargs)):
+            raise ContentRead(f"filter {name}")
+        return f(*args, **kwargs)
+
+    return guarded
+
+
+def _guard_test(name: str, f: Callable) -> Callable:
+    @functools.wraps(f)
+    def guarded(value: Any, *args: Any, **kwargs: Any) -> Any:
+        if _holds_probe(args) or _holds_probe(kwargs) or (isinstance(value, Probe) and name not in _TYPE_TESTS):
+            raise ContentRead(f"test {name}")
+        return f(str.__str__(value) if isinstance(value, Probe) else value, *args, **kwargs)
+
+    return guarded
+
+
+class ChatTemplate:
+    """One chat template, rendered as transformers renders it.
+
+    Args:
+        template: the Jinja source.
+        special_tokens: passed to the template as transformers passes ``special_tokens_map``.
+
+    Raises:
+        jinja2.TemplateSyntaxError: the template does not compile.
+    """
+
+    def __init__(self, template: str, special_tokens: dict[str, str]) -> None:
+        from transformers.utils.chat_template_utils import _compile_jinja_template, render_jinja_template
+
+        self.source, self._specials, self._render_jinja = template, dict(special_tokens), render_jinja_template
+        self.marks_generation = bool(_GENERATION_TAG.search(template))
+        self._compiled = _compile_jinja_template(template)  # transformers' cache: compiled once per process
+        self._guarded: Any = None
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> tuple[str, Spans]:
+        """The text ``apply_chat_template`` renders, and its ``{% generation %}`` spans (empty without marks)."""
+        rendered, spans = self._render_jinja(
+            [messages], chat_template=self.source, return_assistant_tokens_mask=self.marks_generation,
+            add_generation_prompt=add_generation_prompt, **self._specials,
+        )
+        return rendered[0], [tuple(s) for s in spans[0]] if self.marks_generation else []
+
+    def frame_render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> tuple[str, Spans]:
+        """:meth:`render` for messages whose contents are :class:`Probe` objects, in the guarded environment.
+
+        Raises:
+            ContentRead: the template did more with a content than write it out.
+        """
+        template = self._guarded_template()
+        kwargs = dict(messages=messages, tools=None, documents=None, add_generation_prompt=add_generation_prompt,
+                      **self._specials)
+        blocks: list[str] = []
+        spans: Spans = []
+        with template.environment.activate_tracker(blocks, spans):  # what transformers does for assistant masks
+            for block in template.generate(**kwargs):
+                blocks.append(block)
+        return "".join(blocks), [tuple(s) for s in spans]
+
+    def _guarded_template(self) -> Any:
+        """The template compiled in an overlay of transformers' environment with every filter, test and call guarded."""
+        if self._guarded is None:
+            env = self._compiled.environment.overlay()
+            env.filters = {name: _guard_filter(name, f) for name, f in env.filters.items()}
+            env.tests = {name: _guard_test(name, f) for name, f in env.tests.items()}
+            sandbox_call = env.call
+
+            def call(context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
+                if (_holds_probe(args) or _holds_probe(kwargs)) and not _stores_only(obj):
+                    raise ContentRead(f"call {getattr(obj, '__name__', type(obj).__name__)}")
+                return sandbox_call(context, obj, *args, **kwargs)
+
+            env.call = call
+            self._guarded = env.from_string(self.source)
+        return self._guarded
+
+
+def _stores_only(obj: Any) -> bool:
+    """Callables that only keep references to their arguments: macros (guarded themselves), namespace, dict."""
+    import jinja2.runtime
+    import jinja2.utils
+
+    return isinstance(obj, jinja2.runtime.Macro) or obj is dict or (isinstance(obj, type) and issubclass(obj, jinja2.utils.Namespace)) \
+        or type(obj).__name__ == "TemplateDict"

@@ -1,10 +1,12 @@
 """Turning source rows into text segments, each trained on or not.
 
-A row becomes a list of ``(text, trainable)`` segments. SFT rows (Alpaca
-instruction/input/output, GSM8K-style question/answer, or a ``messages`` list)
-are rendered with the tokenizer's chat template or with format strings from the
-config; only assistant/response segments are trainable. Pretraining rows are one
-trainable segment. Rows that cannot be formatted become rejects with a reason.
+A row becomes a list of ``(text, trainable)`` segments; the row's text is their
+concatenation, tokenized at once (:func:`prep.prepare.text.tokens.encode_segments`). SFT
+rows (Alpaca instruction/input/output, GSM8K-style question/answer, or a ``messages``
+list) are rendered with the tokenizer's chat template, exactly as transformers'
+``apply_chat_template`` renders them, or with format strings from the config.
+Pretraining rows are one trainable segment. Rows that cannot be formatted become
+rejects with a reason.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ from typing import Any, Callable, Literal
 
 from prep.errors import PrepError
 from prep.prepare import faults
-from prep.prepare.text.chat_template import compile_chat_template
+from prep.prepare.text.chat_template import ChatTemplate, Probe, Spans
 from prep.prepare.text.tokenizer import ResolvedTokenizer
 
-__all__ = ["Segments", "RowError", "SFTFormatter", "TextFormatter"]
+__all__ = ["Segments", "RowError", "SFTFormatter", "TextFormatter", "ROLES"]
 
 SFTSchema = Literal["auto", "alpaca", "qa", "messages"]
+
+# The roles a messages row may use; anything else (e.g. ShareGPT's "human"/"gpt") is a reject, not a turn a
+# template might skip while the rest of the row is trained on.
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class RowError(ValueError):
@@ -39,6 +45,24 @@ class Segments:
             self.texts.append(text)
             self.trainable.append(train)
         self.counts.append(len(segments))
+
+    def rows(self) -> tuple[list[str], list[Spans]]:
+        """Each row's text and its trainable character spans (adjacent trainable segments merged)."""
+        texts, spans, k = [], [], 0
+        for n in self.counts:
+            parts, row_spans, at = [], [], 0
+            for text, train in zip(self.texts[k:k + n], self.trainable[k:k + n]):
+                if train and text:
+                    if row_spans and row_spans[-1][1] == at:
+                        row_spans[-1] = (row_spans[-1][0], at + len(text))
+                    else:
+                        row_spans.append((at, at + len(text)))
+                parts.append(text)
+                at += len(text)
+            texts.append("".join(parts))
+            spans.append(row_spans)
+            k += n
+        return texts, spans
 
 
 def _field(row: dict[str, Any], name: str, *, required: bool = True) -> str:
@@ -66,7 +90,7 @@ def _detect(row: dict[str, Any], schema: SFTSchema) -> SFTSchema:
     raise RowError(f"cannot tell the SFT schema from fields {sorted(row)[:8]}: expected messages, instruction/output or question/answer")
 
 
-def _to_messages(row: dict[str, Any], schema: SFTSchema, messages_column: str) -> list[dict[str, str]]:
+def _to_messages(row: dict[str, Any], schema: SFTSchema, messages_column: str) -> list[dict[str, Any]]:
     kind = _detect(row, schema)
     if kind == "qa":
         return [{"role": "user", "content": _field(row, "question")}, {"role": "assistant", "content": _field(row, "answer")}]
@@ -80,19 +104,72 @@ def _to_messages(row: dict[str, Any], schema: SFTSchema, messages_column: str) -
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             raise RowError(f"{messages_column}[{i}] must be an object with string 'role' and 'content'")
+        if m["role"] not in ROLES:
+            raise RowError(f"{messages_column}[{i}] has role {m['role']!r}; the roles are {', '.join(ROLES)}")
     if not any(m["role"] == "assistant" for m in messages):
         raise RowError(f"field '{messages_column}' has no assistant turn to train on")
-    return messages
+    # as apply_chat_template does: keys whose value is null are dropped (templates test for a key, not for None)
+    return [{k: v for k, v in m.items() if v is not None} for m in messages]
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """What a template renders for one sequence of roles, with a slot where each message's content goes."""
+
+    pieces: tuple[tuple[str | int, bool], ...]  # literal text or the index of a message, and trainable
+
+    def fill(self, contents: list[str]) -> list[tuple[str, bool]]:
+        return [(contents[p] if type(p) is int else p, train) for p, train in self.pieces]  # type: ignore[index, misc]
+
+    @staticmethod
+    def cut(text: str, spans: Spans, marks: list[str]) -> "_Frame | None":
+        """The frame of ``text`` rendered from contents ``marks``; None unless each mark is written exactly once."""
+        if any(text.count(m) != 1 for m in marks):
+            return None
+        slots = {text.index(m): (j, text.index(m) + len(m)) for j, m in enumerate(marks)}
+        cuts = sorted({0, len(text)} | {e for s, e in spans} | {s for s, e in spans}
+                      | set(slots) | {end for _, end in slots.values()})
+        pieces, slot_end = [], -1
+        for a, b in zip(cuts, cuts[1:]):
+            if a < slot_end:
+                return None  # a trainable span starts or ends inside a content
+            train = any(s <= a and b <= e for s, e in spans)
+            if a in slots:
+                j, slot_end = slots[a]
+                if b != slot_end:
+                    return None
+                pieces.append((j, train))
+            else:
+                pieces.append((text[a:b], train))
+        return _Frame(tuple(pieces))
+
+
+def _normal(segments: list[tuple[str, bool]]) -> tuple[str, Spans]:
+    segs = Segments()
+    segs.add_row(segments)
+    texts, spans = segs.rows()
+    return texts[0], spans[0]
+
+
+# Contents that reveal a template that escapes, trims, pads or measures what it writes; cycled over the messages.
+_CHECK_CONTENTS = ("  spaced  ", "line\n\nbreak\n", "quote \" \\ ' <&> \t", "{{ x }} {% y %} %s {0}",
+                   "\u00fc \U0001f600 \u00a0", "</think> [INST] <|im_end|> </s>")
 
 
 class SFTFormatter:
     """Renders SFT rows into prompt (masked) and response (trained) segments.
 
-    With a chat template, the text of a conversation is rendered turn by turn:
-    the prompt before each assistant turn (with the generation prompt) is masked,
-    the assistant's text through the template's end-of-turn is trained. The
-    template must render a conversation as a prefix of its continuation; if it does
-    not, the row is rejected with that reason (use format strings instead).
+    With a chat template, the row's text is what ``apply_chat_template(messages)`` renders. Where the
+    template marks ``{% generation %}``, exactly the marked text is trained (as transformers'
+    ``return_assistant_tokens_mask``). Otherwise each assistant turn is trained from the end of the
+    generation prompt before it through what the template writes after the message (its end-of-turn);
+    that needs the template to render a conversation as a prefix of its continuation, and rows of a
+    template that does not are rejected with that reason (use format strings or generation marks).
+
+    Fast path: per sequence of roles, the template is rendered once with :class:`Probe` contents; if it
+    only writes the contents out (proved by the guarded render, then checked against the real render with
+    contents that reveal escaping or trimming), rows with that sequence of roles are filled into that
+    frame instead of rendered. Rows with other keys than role/content, or an empty content, are rendered.
 
     Args:
         tokenizer: the resolved tokenizer (for its chat template and special tokens).
@@ -101,7 +178,12 @@ class SFTFormatter:
         prompt_template, response_template: format strings over the row's fields
             (after Alpaca/QA mapping: ``{prompt}`` and ``{response}``), used instead
             of the chat template when given; the EOS token is appended to the response.
+
+    Raises:
+        PrepError: no chat template (and no format strings), or a template that does not compile.
     """
+
+    _MAX_FRAMES = 512  # distinct role sequences remembered per formatter
 
     def __init__(
         self,
@@ -115,14 +197,14 @@ class SFTFormatter:
         self._schema, self._messages_column = schema, messages_column
         self._prompt_template, self._response_template = prompt_template, response_template
         self._eos = tokenizer.special_tokens.get("eos_token", "")
-        self._frame = None
+        self._frames: dict[tuple[str, ...], _Frame | str | None] = {}
         if prompt_template is None:
             if not tokenizer.chat_template:
                 raise PrepError("the tokenizer has no chat template; set sft.prompt_template and sft.response_template in the config")
-            template = compile_chat_template(tokenizer.chat_template)
-            specials = tokenizer.special_tokens
-            self._render: Callable[..., str] = lambda msgs, gen: template.render(messages=msgs, add_generation_prompt=gen, **specials)
-            self._frame = self._single_turn_frame()
+            try:
+                self._template = ChatTemplate(tokenizer.chat_template, tokenizer.special_tokens)
+            except Exception as exc:  # jinja2.TemplateSyntaxError
+                raise PrepError(f"the chat template of {tokenizer.name!r} does not compile: {exc}") from None
 
     def __call__(self, row: Any) -> list[tuple[str, bool]]:
         if not isinstance(row, dict):
@@ -132,33 +214,45 @@ class SFTFormatter:
             faults.maybe_raise("template", "\n".join(m["content"] for m in messages))
         if self._prompt_template is not None:
             return self._format_strings(messages)
-        if self._frame and len(messages) == 2 and messages[0]["role"] == "user" and messages[1]["role"] == "assistant":
-            f = self._frame
-            return [(f[0] + messages[0]["content"] + f[1], False), (f[2] + messages[1]["content"] + f[3], True)]
+        frame = self._frame(tuple(m["role"] for m in messages))
+        if isinstance(frame, str):
+            raise RowError(frame)
+        if frame is not None and all(len(m) == 2 and m["content"] for m in messages):
+            return frame.fill([m["content"] for m in messages])
         return self._chat_segments(messages)
 
-    def _single_turn_frame(self) -> tuple[str, str, str, str] | None:
-        """The template's text around one user and one assistant message, if it is a pure frame.
+    def _frame(self, roles: tuple[str, ...]) -> _Frame | str | None:
+        """The frame for this sequence of roles (cached), a reject reason for every such row, or None (render each)."""
+        if roles not in self._frames:
+            frame = self._build_frame(roles)
+            if len(self._frames) >= self._MAX_FRAMES:
+                return frame
+            self._frames[roles] = frame
+        return self._frames[roles]
 
-        Most templates only wrap the contents; then a single-turn row is four string
-        concatenations instead of two Jinja renders. Probe contents (whitespace,
-        braces, newlines) must render identically both ways, otherwise rows keep
-        going through Jinja.
-        """
-        u, a = "\x00user\x00", "\x00assistant\x00"
+    def _build_frame(self, roles: tuple[str, ...]) -> _Frame | str | None:
+        cores = [f"\ue001{j}\ue002" for j in range(len(roles))]  # a template that trims or slices keeps the core
+        marks = [f"\ue000{core}\ue003" for core in cores]
+        try:  # which messages does the template write at all? (the real render, plain contents)
+            text = "".join(t for t, _ in self._chat_segments([{"role": r, "content": c} for r, c in zip(roles, marks)]))
+        except RowError:
+            return None  # the template refuses these roles (raise_exception): each row gets its own reason
+        for j, core in enumerate(cores):
+            if core not in text:
+                return (f"the chat template renders nothing for message {j} (role {roles[j]!r}), so the row would be "
+                        "trained without it; drop such messages or use a template that renders them")
         try:
-            prompt = self._render([{"role": "user", "content": u}], True)
-            full = self._render([{"role": "user", "content": u}, {"role": "assistant", "content": a}], False)
-        except Exception:
+            probes = [{"role": r, "content": Probe(c)} for r, c in zip(roles, marks)]
+            frame = _Frame.cut(*self._text_spans(probes, self._template.frame_render), marks)
+        except Exception:  # ContentRead, or anything the guards made the template raise: render each row
             return None
-        if prompt.count(u) != 1 or not full.startswith(prompt) or full[len(prompt):].count(a) != 1:
-            return None
-        before_user, after_user = prompt.split(u)
-        before_answer, after_answer = full[len(prompt):].split(a)
-        frame = (before_user, after_user, before_answer, after_answer)
-        for user, answer in ((" spaced ", "line\n"), ("{{ x }} {% y %}", "%s {0}"), ("a\n\nb", " lead")):
-            msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
-            if self._chat_segments(msgs) != [(frame[0] + user + frame[1], False), (frame[2] + answer + frame[3], True)]:
+        for k in range(2 if frame else 0):
+            contents = [_CHECK_CONTENTS[(j + k) % len(_CHECK_CONTENTS)] for j in range(len(roles))]
+            try:
+                rendered = self._chat_segments([{"role": r, "content": c} for r, c in zip(roles, contents)])
+            except RowError:
+                return None
+            if _normal(frame.fill(contents)) != _normal(rendered):  # type: ignore[union-attr]
                 return None
         return frame
 
@@ -169,27 +263,47 @@ class SFTFormatter:
         response = (self._response_template or "{response}").format(response=messages[1]["content"]) + self._eos
         return [(prompt, False), (response, True)]
 
-    def _chat_segments(self, messages: list[dict[str, str]]) -> list[tuple[str, bool]]:
-        segments: list[tuple[str, bool]] = []
-        done = ""
+    def _chat_segments(self, messages: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+        """The row rendered by transformers, cut into segments at its trainable spans."""
         try:
-            for i, m in enumerate(messages):
-                if m["role"] != "assistant":
-                    continue
-                prompt = self._render(messages[:i], True)
-                full = self._render(messages[: i + 1], False)
-                if not prompt.startswith(done) or not full.startswith(prompt):
-                    raise RowError("the chat template does not render turns as prefixes of the conversation; set sft.prompt_template/response_template")
-                segments += [(prompt[len(done):], False), (full[len(prompt):], True)]
-                done = full
-            rest = self._render(messages, False)[len(done):] if messages[-1]["role"] != "assistant" else ""
+            text, spans = self._text_spans(messages, self._template.render)
         except RowError:
             raise
         except Exception as exc:  # the template itself raised (e.g. role alternation rules)
             raise RowError(f"chat template failed: {exc}") from None
-        if rest:
-            segments.append((rest, False))
+        segments, at = [], 0
+        for s, e in spans:
+            segments += [(text[at:s], False), (text[s:e], True)]
+            at = e
+        segments.append((text[at:], False))
         return [(t, train) for t, train in segments if t]
+
+    def _text_spans(self, messages: list[dict[str, Any]], render: Callable[..., tuple[str, Spans]]) -> tuple[str, Spans]:
+        """The conversation's text and trainable spans: the template's generation marks, or each assistant turn."""
+        if self._template.marks_generation:
+            text, spans = render(messages, False)
+            spans = [(s, e) for s, e in spans if e > s]
+            if any(e > s2 for (_, e), (s2, _) in zip(spans, spans[1:])):
+                raise RowError("the chat template's {% generation %} blocks nest or overlap")
+            return text, spans
+        spans, done = [], ""
+        for i, m in enumerate(messages):
+            if m["role"] != "assistant":
+                continue
+            prompt, _ = render(messages[:i], True)
+            full, _ = render(messages[: i + 1], False)
+            if not prompt.startswith(done) or not full.startswith(prompt):
+                raise RowError(_NOT_PREFIX)
+            spans.append((len(prompt), len(full)))
+            done = full
+        text, _ = render(messages, False)
+        if not text.startswith(done):
+            raise RowError(_NOT_PREFIX)
+        return text, spans
+
+
+_NOT_PREFIX = ("the chat template does not render turns as prefixes of the conversation; mark the trained text with "
+               "{% generation %} in the template, or set sft.prompt_template/response_template")
 
 
 class TextFormatter:

@@ -3,8 +3,10 @@
 ``builtin:mistral-v3`` builds a fast tokenizer from the SentencePiece model that
 the ``mistral-common`` package ships (Mistral v3, 32,768 ids) plus Mistral's chat
 template, so the demo runs offline on a fresh machine. A saved tokenizer folder is
-read with ``tokenizers`` alone; anything else goes to ``transformers.AutoTokenizer``
-(a hub id, or a folder without ``tokenizer.json``).
+read with ``tokenizers`` alone; a folder without ``tokenizer.json`` goes to
+``transformers.AutoTokenizer``. A hub id is first fetched into the HF cache with
+``huggingface_hub`` (the tokenizer's files only) and then read as that folder; with
+``HF_HUB_OFFLINE=1`` only the cache is looked at, so a missing one fails at once.
 """
 
 from __future__ import annotations
@@ -79,14 +81,11 @@ def load_tokenizer(spec: str) -> Any:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    path = str(_builtin_mistral_v3_dir()) if spec == BUILTIN_MISTRAL_V3 else spec
-    if spec.startswith("builtin:") and spec != BUILTIN_MISTRAL_V3:
-        raise PrepError(f"unknown builtin tokenizer {spec!r}; the builtin one is {BUILTIN_MISTRAL_V3!r}")
+    path = str(_local_dir(spec))
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except Exception as exc:
-        hint = "" if os.path.isdir(path) else " (a hub id needs network access or the HF cache; use a local directory or builtin:mistral-v3 offline)"
-        raise PrepError(f"cannot load tokenizer {spec!r}: {str(exc).splitlines()[0][:200]}{hint}") from None
+        raise PrepError(f"cannot load tokenizer {spec!r}: {str(exc).splitlines()[0][:200]}") from None
     if getattr(tok, "backend_tokenizer", None) is None:
         raise PrepError(f"tokenizer {spec!r} has no fast (Rust) backend; prep needs one for batch encoding")
     return tok
@@ -112,11 +111,18 @@ class ResolvedTokenizer:
     hash: str
 
     def backend(self) -> Any:
-        """The ``tokenizers.Tokenizer`` (built once per process)."""
+        """The ``tokenizers.Tokenizer`` (built once per process), without the truncation or padding its file may set.
+
+        transformers switches those off for every call that does not ask for them (``apply_chat_template``
+        included); prep cuts rows by its own ``max_length`` policy, which counts what it cuts.
+        """
         if self.hash not in _BACKENDS:
             import tokenizers
 
-            _BACKENDS[self.hash] = tokenizers.Tokenizer.from_str(self.backend_json)
+            backend = tokenizers.Tokenizer.from_str(self.backend_json)
+            backend.no_truncation()
+            backend.no_padding()
+            _BACKENDS[self.hash] = backend
         return _BACKENDS[self.hash]
 
     def identity(self) -> dict[str, Any]:
@@ -137,16 +143,13 @@ _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token"
 def resolve_tokenizer(spec: str) -> ResolvedTokenizer:
     """Captures what workers need of ``spec``, once, in the driver.
 
-    A local folder with ``tokenizer.json`` (and ``builtin:mistral-v3`` after its first
-    build) is read with ``tokenizers`` alone: importing transformers (and the torch it
-    pulls in) costs seconds of every job's start. Anything else goes through
-    transformers. Both give the same :class:`ResolvedTokenizer` (tested). The pad id
+    A folder with ``tokenizer.json`` (local, ``builtin:mistral-v3`` after its first build,
+    or a hub id's snapshot in the HF cache) is read with ``tokenizers`` alone: importing
+    transformers (and the torch it pulls in) costs seconds of every job's start. Anything
+    else goes through transformers. Both give the same :class:`ResolvedTokenizer` (tested). The pad id
     falls back to the EOS id when the tokenizer has no pad token.
     """
-    if spec.startswith("builtin:") and spec != BUILTIN_MISTRAL_V3:
-        raise PrepError(f"unknown builtin tokenizer {spec!r}; the builtin one is {BUILTIN_MISTRAL_V3!r}")
-    path = _builtin_mistral_v3_dir() if spec == BUILTIN_MISTRAL_V3 else Path(spec)
-    from_files = _from_files(spec, path) if path.is_dir() else None
+    from_files = _from_files(spec, _local_dir(spec))
     if from_files is not None:
         return from_files
     tok = load_tokenizer(spec)
@@ -155,6 +158,33 @@ def resolve_tokenizer(spec: str) -> ResolvedTokenizer:
         {k: v for k, v in tok.special_tokens_map.items() if isinstance(v, str)},
         tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, len(tok),
     )
+
+
+# What a tokenizer needs of a hub repo (AutoTokenizer reads config.json to pick the class of a slow one).
+_TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                    "chat_template.jinja", "chat_template.json", "additional_chat_templates/*", "tokenizer.model",
+                    "*.tiktoken", "vocab.json", "vocab.txt", "merges.txt", "config.json"]
+
+
+def _local_dir(spec: str) -> Path:
+    """The folder holding the tokenizer named by ``spec``: the builtin one, a local folder, or a hub snapshot."""
+    if spec == BUILTIN_MISTRAL_V3:
+        return _builtin_mistral_v3_dir()
+    if spec.startswith("builtin:"):
+        raise PrepError(f"unknown builtin tokenizer {spec!r}; the builtin one is {BUILTIN_MISTRAL_V3!r}")
+    if Path(spec).is_dir():
+        return Path(spec)
+    import huggingface_hub
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return Path(huggingface_hub.snapshot_download(spec, allow_patterns=_TOKENIZER_FILES))
+    except HFValidationError:
+        raise PrepError(f"tokenizer {spec!r} is neither a directory nor a hub id (like Qwen/Qwen2.5-0.5B-Instruct)") from None
+    except Exception as exc:
+        why = ("it is not in the HF cache and HF_HUB_OFFLINE is set" if huggingface_hub.constants.is_offline_mode()
+               else f"the hub cannot be reached or has no such repo ({type(exc).__name__}), and it is not in the HF cache")
+        raise PrepError(f"cannot load tokenizer {spec!r}: {why}; use a local directory or builtin:mistral-v3 offline") from None
 
 
 def _from_files(spec: str, path: Path) -> ResolvedTokenizer | None:

@@ -56,22 +56,34 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
 
 
 def encode_segments(tokenizer: Any, segments: Segments, eos_id: int | None = None) -> TokenRows:
-    """Tokenizes all segments in one batch call and concatenates them per row.
+    """Tokenizes each row's text at once (one batch call) and marks the tokens of its trainable segments.
+
+    A row is tokenized as one string, as ``apply_chat_template`` tokenizes a rendered chat (tokenizing
+    prompt and response apart gives other ids wherever the tokenizer treats the start of a string
+    specially, e.g. SentencePiece's prefix space). A token is trained on when its characters overlap a
+    trainable segment: transformers' rule for ``return_assistant_tokens_mask``.
 
     Args:
         tokenizer: a ``tokenizers.Tokenizer`` (e.g. ``ResolvedTokenizer.backend()``).
         segments: rows as flat segments.
         eos_id: if given, appended to every row (pretraining documents).
     """
-    encodings = tokenizer.encode_batch_fast(segments.texts, add_special_tokens=False)
+    texts, spans = segments.rows()
+    uniform = all(not s or s == [(0, len(t))] for t, s in zip(texts, spans))
+    # offsets cost a third more than the ids: only rows that are partly trained need them
+    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False) if uniform else \
+        tokenizer.encode_batch(texts, add_special_tokens=False)
     seg_ids = [e.ids for e in encodings]
-    seg_len = np.fromiter(map(len, seg_ids), np.int64, count=len(seg_ids))
-    ids = np.fromiter(itertools.chain.from_iterable(seg_ids), np.int32, count=int(seg_len.sum()))
-    mask = np.repeat(np.asarray(segments.trainable, np.int8), seg_len)
-    counts = np.asarray(segments.counts, np.int64)
-    row_of_seg = np.repeat(np.arange(len(counts)), counts)
-    row_len = np.bincount(row_of_seg, weights=seg_len, minlength=len(counts)).astype(np.int64)
+    row_len = np.fromiter(map(len, seg_ids), np.int64, count=len(seg_ids))
+    ids = np.fromiter(itertools.chain.from_iterable(seg_ids), np.int32, count=int(row_len.sum()))
     offsets = _offsets(row_len)
+    edges = np.zeros(len(ids) + 1, np.int32)  # +1 where a trained run of tokens starts, -1 after it ends
+    for row, (enc, row_spans) in enumerate(zip(encodings, spans)):
+        for start, end in row_spans if not uniform else ((0, 1),) if row_spans else ():
+            lo, hi = (0, int(row_len[row])) if uniform else _overlapping(enc, int(row_len[row]), start, end)
+            edges[offsets[row] + lo] += 1
+            edges[offsets[row] + hi] -= 1
+    mask = (np.cumsum(edges[:-1]) > 0).astype(np.int8)
     if eos_id is not None:
         ids = np.insert(ids, offsets[1:], np.int32(eos_id))
         mask = np.insert(mask, offsets[1:], np.int8(1))
@@ -123,6 +135,22 @@ def _without(segments: Segments, starts: np.ndarray, rows: dict[int, Exception])
         if i not in rows:
             kept.add_row(list(zip(segments.texts[starts[i]:starts[i + 1]], segments.trainable[starts[i]:starts[i + 1]])))
     return kept
+
+
+def _overlapping(encoding: Any, n: int, start: int, end: int) -> tuple[int, int]:
+    """The tokens ``[lo, hi)`` whose characters overlap ``[start, end)`` (binary searches, no offsets list)."""
+
+    def first(pred: Any) -> int:
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pred(encoding.token_to_chars(mid)):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    return first(lambda chars: chars[1] > start), first(lambda chars: chars[0] >= end)
 
 
 def limit_length(rows: TokenRows, max_length: int, policy: OverlongPolicy) -> tuple[TokenRows, np.ndarray, np.ndarray]:

@@ -1,0 +1,238 @@
+"""The metadata a prepared table carries about itself: one typed form, one parser.
+
+Every prepare job stores a JSON object under the ``prep`` key of the Lance schema
+metadata (:data:`METADATA_KEY`); its rejects table stores ``{"of": <table uri>}``.
+The reader (collate spec, row size), ``prep inspect`` and the mixture checks read it
+through :func:`read_metadata`, never with ``dict.get`` guesses, so a table that
+lacks a field, or says something impossible (a pad id outside the vocabulary), is
+one error naming the table and the field instead of a wrong batch later.
+
+Example (``docs/architecture.md`` has the columns beside it)::
+
+    {"format": "prep.table/1", "prep_version": "0.1.0", "kind": "sft",
+     "tokenizer": {"name": "builtin:mistral-v3", "hash": "…", "vocab_size": 32768,
+                   "bos_id": 1, "eos_id": 2, "pad_id": null},
+     "seq_len": null, "config": {...}, "config_hash": "…",
+     "sources": [{"uri": "train.jsonl", "size": 4166206, "mtime": "…"}],
+     "counts": {"rows_read": 7473, "rows_written": 7473, ...}, "rejects_uri": "….rejects.lance"}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal, Mapping, get_args
+
+from prep.errors import PrepError
+
+__all__ = ["METADATA_KEY", "TABLE_FORMAT", "Kind", "KINDS", "TEXT_KINDS", "TokenizerInfo", "ImageInfo", "read_table_metadata",
+           "TableMetadata", "RejectsMetadata", "read_metadata", "encode_metadata"]
+
+METADATA_KEY = b"prep"
+TABLE_FORMAT = "prep.table/1"
+Kind = Literal["sft", "pretrain", "packed", "images"]
+KINDS: tuple[str, ...] = get_args(Kind)
+TEXT_KINDS: tuple[str, ...] = ("sft", "pretrain", "packed")
+_FIELDS = {"format", "prep_version", "kind", "config", "config_hash", "sources", "counts", "rejects_uri",
+           "tokenizer", "seq_len", "image"}
+
+
+def _fail(where: str, what: str) -> PrepError:
+    return PrepError(f"{where}: prep table metadata {what}")
+
+
+def _int(where: str, name: str, value: Any, *, low: int = 0, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _fail(where, f"{name}={value!r} must be an integer >= {low}")
+    return value
+
+
+def _token_id(where: str, name: str, value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise _fail(where, f"{name}={value!r} must be a token id: an integer >= 0")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerInfo:
+    """Which tokenizer made the tokens, and the ids the reader pads with."""
+
+    name: str
+    hash: str
+    vocab_size: int | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    pad_id: int | None = None
+
+    @property
+    def pad_or_eos(self) -> int | None:
+        """The id that fills padding: the pad id, else the eos id."""
+        return self.pad_id if self.pad_id is not None else self.eos_id
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> TokenizerInfo:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+            raise _fail(where, f"tokenizer={raw!r} must be an object with a name")
+        vocab = _int(where, "tokenizer.vocab_size", raw.get("vocab_size"), low=1, optional=True)
+        ids = {k: _token_id(where, f"tokenizer.{k}", raw.get(k)) for k in ("bos_id", "eos_id", "pad_id")}
+        for k, v in ids.items():
+            if v is not None and vocab is not None and v >= vocab:
+                raise _fail(where, f"tokenizer.{k}={v} must be a token id: an integer >= 0 and < vocab_size {vocab}")
+        return cls(name=raw["name"], hash=str(raw.get("hash", "")), vocab_size=vocab, **ids)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "hash": self.hash, "vocab_size": self.vocab_size,
+                "bos_id": self.bos_id, "eos_id": self.eos_id, "pad_id": self.pad_id}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageInfo:
+    """The pixel layout of an image table's ``image`` column."""
+
+    shape: tuple[int, int, int]
+    layout: Literal["HWC"] = "HWC"
+    dtype: Literal["uint8"] = "uint8"
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> ImageInfo:
+        shape = raw.get("shape") if isinstance(raw, Mapping) else None
+        if (not isinstance(shape, (list, tuple)) or len(shape) != 3
+                or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in shape)):
+            raise _fail(where, f"image={raw!r} must give shape [H, W, C] of positive integers")
+        if raw.get("layout", "HWC") != "HWC" or raw.get("dtype", "uint8") != "uint8":
+            raise _fail(where, f"image={raw!r} must have layout HWC and dtype uint8")
+        return cls(shape=(shape[0], shape[1], shape[2]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "layout": self.layout, "dtype": self.dtype}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableMetadata:
+    """What a prepared table says about itself.
+
+    Args:
+        kind: ``sft``, ``pretrain``, ``packed`` (text) or ``images``.
+        prep_version: the prep that wrote it.
+        config: the resolved job config (secrets left out); ``config_hash`` its hash.
+        sources: provenance of every input (uri, size, mtime).
+        counts: rows read/written/rejected, tokens... as counted by the job.
+        rejects_uri: where its rejects table is.
+        tokenizer: text tables: the tokenizer's identity and special ids.
+        seq_len: packed tables: the row length.
+        image: image tables that store pixels: their shape.
+        extra: a job's own keys (labels, encoded, decoder...), kept as written.
+    """
+
+    kind: Kind
+    prep_version: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    config_hash: str = ""
+    sources: tuple[Mapping[str, Any], ...] = ()
+    counts: Mapping[str, int] = field(default_factory=dict)
+    rejects_uri: str = ""
+    tokenizer: TokenizerInfo | None = None
+    seq_len: int | None = None
+    image: ImageInfo | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    format: str = TABLE_FORMAT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> TableMetadata:
+        """Parses the ``prep`` metadata of the table at ``where``.
+
+        Raises:
+            PrepError: a newer format, an unknown kind, or a field of the wrong type
+                or out of range, naming the table and the field.
+        """
+        if not isinstance(raw, Mapping):
+            raise _fail(where, f"must be a JSON object, not {type(raw).__name__}")
+        fmt = raw.get("format")
+        if fmt != TABLE_FORMAT:
+            raise PrepError(f"{where} was written in format {fmt!r} by prep {raw.get('prep_version', '?')}; "
+                            f"this prep reads {TABLE_FORMAT!r}: upgrade prep to read it")
+        kind = raw.get("kind")
+        if kind not in KINDS:
+            raise _fail(where, f"kind={kind!r} must be one of {list(KINDS)}")
+        counts = raw.get("counts") or {}
+        if not isinstance(counts, Mapping):
+            raise _fail(where, f"counts={counts!r} must be an object")
+        counts = {str(k): _int(where, f"counts.{k}", v) for k, v in counts.items() if not isinstance(v, Mapping)}
+        sources = raw.get("sources") or []
+        if not isinstance(sources, list) or not all(isinstance(s, Mapping) for s in sources):
+            raise _fail(where, "sources must be a list of objects")
+        tokenizer = TokenizerInfo.from_json(raw["tokenizer"], where) if raw.get("tokenizer") is not None else None
+        if kind in TEXT_KINDS and tokenizer is None:
+            raise _fail(where, f"of a {kind} table names no tokenizer")
+        seq_len = _int(where, "seq_len", raw.get("seq_len"), low=1, optional=True)
+        if kind == "packed" and seq_len is None:
+            raise _fail(where, "of a packed table has no seq_len")
+        image = ImageInfo.from_json(raw["image"], where) if raw.get("image") is not None else None
+        config = raw.get("config") or {}
+        if not isinstance(config, Mapping):
+            raise _fail(where, "config must be an object")
+        return cls(kind=kind, prep_version=str(raw.get("prep_version", "?")), config=config,
+                   config_hash=str(raw.get("config_hash", "")), sources=tuple(sources), counts=counts,
+                   rejects_uri=str(raw.get("rejects_uri", "")), tokenizer=tokenizer, seq_len=seq_len, image=image,
+                   extra={k: v for k, v in raw.items() if k not in _FIELDS})
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object stored in the table (and in a manifest's ``source.metadata``)."""
+        return {
+            **self.extra,
+            "format": self.format, "prep_version": self.prep_version, "kind": self.kind,
+            "config": dict(self.config), "config_hash": self.config_hash, "sources": [dict(s) for s in self.sources],
+            "counts": dict(self.counts), "rejects_uri": self.rejects_uri,
+            "tokenizer": self.tokenizer.to_json() if self.tokenizer else None, "seq_len": self.seq_len,
+            "image": self.image.to_json() if self.image else None,
+        }
+
+
+@dataclass(frozen=True)
+class RejectsMetadata:
+    """What a rejects table says about itself: the table it belongs to."""
+
+    of: str
+
+
+def encode_metadata(meta: TableMetadata | RejectsMetadata) -> dict[bytes, bytes]:
+    """The Lance schema metadata entry for ``meta``."""
+    body = meta.to_json() if isinstance(meta, TableMetadata) else {"of": meta.of}
+    return {METADATA_KEY: json.dumps(body, sort_keys=True).encode()}
+
+
+def read_metadata(schema_metadata: Mapping[bytes, bytes] | None, where: str) -> TableMetadata | RejectsMetadata | None:
+    """The metadata of a table from its schema metadata; None when prep did not write it.
+
+    Raises:
+        PrepError: prep's entry is there but is not valid JSON or breaks the contract.
+    """
+    raw = (schema_metadata or {}).get(METADATA_KEY)
+    if not raw:
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise _fail(where, "is not valid JSON") from None
+    if isinstance(body, Mapping) and "of" in body and "format" not in body:
+        return RejectsMetadata(of=str(body["of"]))
+    return TableMetadata.from_json(body, where)
+
+
+def read_table_metadata(ds: Any, where: str) -> TableMetadata:
+    """The metadata of the prepared table ``ds`` (an open Lance dataset) at ``where``.
+
+    Raises:
+        PrepError: ``ds`` is not a prepared table prep wrote (no metadata, or a rejects table).
+    """
+    meta = read_metadata(ds.schema.metadata, where)
+    if not isinstance(meta, TableMetadata):
+        what = "a rejects table" if isinstance(meta, RejectsMetadata) else "a Lance table prep did not write (no prep metadata)"
+        raise PrepError(f"{where} is {what}, not a prepared table from prep pretokenize/decode-images")
+    return meta

@@ -1,0 +1,76 @@
+"""Which done splits a rerun may trust: a cheap check of each, so that a rerun repairs.
+
+A split counts as done when its done record (:mod:`prep.contracts.done`) parses,
+names this run's plan, every file the record lists is there with the size it had,
+and the dataset holds the rows the record says. Anything else (a deleted split
+folder, a truncated or missing data file, a damaged record) is logged and the
+split is written again. Cost: one listing per epoch folder and one Lance manifest
+read per split, not a scan (``prep verify`` compares contents).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prep.contracts.done import DoneRecord, done_path, read_done
+from prep.errors import PrepError, one_line
+from prep.io import lance_tables, storage
+from prep.contracts.manifest import split_path
+
+__all__ = ["sound_done_records", "unsound"]
+
+log = logging.getLogger("prep.materialize")
+
+
+def _listing(job: Any, epoch: int) -> dict[str, int]:
+    """Every file under ``epoch-EEEEE`` (path relative to the output) and its size; empty when the folder is not there."""
+    folder = storage.join(job.output, split_path(epoch, 0).split("/")[0])
+    fs, root = storage.filesystem(folder, job.s3)
+    try:
+        found = fs.find(root, detail=True)
+    except FileNotFoundError:
+        return {}
+    cut = len(root.rstrip("/")) - len(split_path(epoch, 0).split("/")[0])
+    return {name[cut:]: int(info["size"]) for name, info in found.items() if info.get("type") != "directory"}
+
+
+def unsound(job: Any, record: DoneRecord, listing: dict[str, int]) -> str | None:
+    """Why the split of ``record`` cannot be trusted (None: it can), given the files of its epoch folder."""
+    if record.fingerprint != job.fingerprint:
+        return "its done record is of another plan"
+    for name, size in sorted(record.files.items()):
+        got = listing.get(f"{record.path}/{name}")
+        if got is None:
+            return f"{record.path}/{name} is missing"
+        if got != size:
+            return f"{record.path}/{name} has {got} bytes, {size} when written"
+    uri = storage.join(job.output, record.path)
+    try:
+        rows = lance_tables.open_table(uri, storage_options=job.lance_options(uri)).count_rows()
+    except (PrepError, OSError, ValueError) as exc:
+        return f"{record.path} cannot be opened ({one_line(exc, limit=160)})"
+    if rows != record.num_rows:
+        return f"{record.path} holds {rows} rows, its done record {record.num_rows}"
+    return None
+
+
+def sound_done_records(job: Any, epochs: range) -> dict[tuple[int, int], DoneRecord]:
+    """The done records of ``epochs`` whose splits are whole (see the module docstring); the others are logged."""
+    done: dict[tuple[int, int], DoneRecord] = {}
+    for e in epochs:
+        listing = _listing(job, e)
+        for s in range(job.plan.num_splits):
+            if done_path(e, s) not in listing:
+                continue
+            try:
+                record = read_done(job.output, e, s, job.s3)
+            except PrepError as exc:
+                why = one_line(exc, limit=200)
+            else:
+                why = unsound(job, record, listing) if record is not None else "its done record is gone"
+            if why is None:
+                done[(e, s)] = record
+            elif not why.startswith("its done record is of another plan"):
+                log.warning("epoch %d split %d: %s; writing it again", e, s, why)
+    return done

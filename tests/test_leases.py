@@ -1,0 +1,168 @@
+"""One writer per output (issue 21, finding 3): the lease, raced by real processes, locally and on S3."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
+
+from prep.contracts.ownership import LEASE, Holder, LeaseHeld, hold, take_lease
+from prep.errors import PrepError
+from prep.io import storage
+
+TRIALS = 50
+
+
+def _racer(commands, results, barrier) -> None:
+    """A process that, per command, takes the lease at the same moment as its twin and holds it until both tried."""
+    while (uri := commands.get()) is not None:
+        barrier.wait()
+        lease, outcome = None, ("won", f"pid {os.getpid()}")
+        try:
+            lease = take_lease(uri, "race")
+            barrier.wait()  # both tried while the winner holds it
+            lease.check()  # what a command does before it commits
+        except PrepError as exc:
+            outcome = ("held", str(exc))
+        except Exception as exc:  # reported, so the test names it
+            outcome = ("error", f"{type(exc).__name__}: {exc}")
+        if lease is None:
+            barrier.wait()
+        results.put(outcome)
+        barrier.wait()
+        if lease is not None:
+            lease.release()
+        barrier.wait()
+
+
+def _race(uris: list[str]) -> list[list[tuple[str, str]]]:
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    queues = [ctx.Queue(), ctx.Queue()]
+    procs = [ctx.Process(target=_racer, args=(q, results, barrier), daemon=True) for q in queues]
+    for p in procs:
+        p.start()
+    outcomes = []
+    try:
+        for uri in uris:
+            for q in queues:
+                q.put(uri)
+            outcomes.append(sorted([results.get(timeout=60), results.get(timeout=60)]))
+    finally:
+        for q in queues:
+            q.put(None)
+        for p in procs:
+            p.join(timeout=30)
+    return outcomes
+
+
+def _check(outcomes: list[list[tuple[str, str]]]) -> None:
+    for trial, (first, second) in enumerate(outcomes):
+        assert (first[0], second[0]) == ("held", "won"), (trial, first, second)
+        assert "is being written by race (host " in first[1] and f"{second[1]}, started " in first[1], (trial, first, second)
+
+
+def test_two_processes_racing_for_a_local_output_one_wins_every_time(tmp_path):
+    outcomes = _race([str(tmp_path / f"out-{i}") for i in range(TRIALS)])
+    _check(outcomes)
+    assert not any((tmp_path / f"out-{i}" / LEASE).exists() for i in range(TRIALS))  # released
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("trials", [10, pytest.param(TRIALS, marks=pytest.mark.slow)])
+def test_two_processes_racing_for_an_s3_output_one_wins_every_time(trials, s3_env, s3_bucket):
+    outcomes = _race([f"s3://{s3_bucket}/out-{i}" for i in range(trials)])
+    _check(outcomes)
+    assert not storage.exists(f"s3://{s3_bucket}/out-0/{LEASE}")
+
+
+def test_the_second_run_fails_at_once_naming_the_holder_and_the_lease_frees_at_release(tmp_path):
+    out = str(tmp_path / "o")
+    with hold([out], "pretokenize"):
+        with pytest.raises(LeaseHeld, match=rf"is being written by pretokenize \(host {socket.gethostname()}, pid {os.getpid()}, started "):
+            take_lease(out, "decode-images")
+    take_lease(out, "decode-images").release()
+
+
+def _hold_forever(uri: str, ready) -> None:
+    take_lease(uri, "victim")
+    ready.set()
+    time.sleep(600)
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_killed_holders_lease_is_taken_over_and_the_log_says_so(where, tmp_path, request):
+    uri = str(tmp_path / "o") if where == "local" else f"s3://{request.getfixturevalue('s3_bucket')}/o"
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    victim = ctx.Process(target=_hold_forever, args=(uri, ready), daemon=True)
+    victim.start()
+    assert ready.wait(60)
+    with pytest.raises(LeaseHeld, match=f"pid {victim.pid}"):
+        take_lease(uri, "next")
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join()
+    with _warnings() as got:
+        take_lease(uri, "next").release()
+    assert any(f"taking over the lease of victim (host {socket.gethostname()}, pid {victim.pid}" in w for w in got), got
+
+
+@contextmanager
+def _warnings() -> Iterator[list[str]]:
+    """The warnings prep.contracts.ownership logs in the block (pytest's logging plugin is off here)."""
+    got: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: got.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("prep.contracts.ownership")
+    logger.addHandler(handler)
+    try:
+        yield got
+    finally:
+        logger.removeHandler(handler)
+
+
+def _forge(uri: str, heartbeat: float, s3_bucket: str | None) -> None:
+    rec = Holder(job="elsewhere-job", host="another-host", pid=1, started="2026-01-01T00:00:00+00:00",
+                 heartbeat=heartbeat, token="t").encode()
+    if s3_bucket:
+        storage.filesystem(uri)[0].pipe_file(storage.fs_path(f"{uri}/{LEASE}"), rec)
+    else:
+        os.makedirs(uri, exist_ok=True)
+        with open(os.path.join(uri, LEASE), "wb") as f:
+            f.write(rec)
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_lease_from_another_host_counts_while_its_heartbeat_is_fresh(where, tmp_path, request):
+    bucket = request.getfixturevalue("s3_bucket") if where == "s3" else None
+    uri = f"s3://{bucket}/o" if bucket else str(tmp_path / "o")
+    _forge(uri, time.time(), bucket)  # a holder this host's flock cannot see (e.g. another node on a shared filesystem)
+    with pytest.raises(LeaseHeld, match=r"elsewhere-job \(host another-host, pid 1"):
+        take_lease(uri, "me")
+    _forge(uri, time.time() - 3600, bucket)
+    with _warnings() as got:
+        lease = take_lease(uri, "me")
+    assert any("taking over the lease of elsewhere-job (host another-host" in w for w in got), got
+    lease.release()
+
+
+@pytest.mark.s3
+def test_a_run_whose_s3_lease_was_taken_over_may_not_commit(s3_bucket):
+    uri = f"s3://{s3_bucket}/o"
+    lease = take_lease(uri, "slow", heartbeat_s=0.05)
+    _forge(uri, time.time(), s3_bucket)  # another run took it over (this one looked dead)
+    deadline = time.time() + 10
+    while lease.lost is None and time.time() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(Exception, match="lost its lease"):
+        lease.check()
+    lease.release()
+    assert json.loads(storage.filesystem(uri)[0].cat_file(f"{s3_bucket}/o/{LEASE}"))["job"] == "elsewhere-job"  # not removed

@@ -1,0 +1,170 @@
+"""One writer per output, through the real commands (issue 21, finding 3).
+
+A run that finds the output's lease held fails at once, naming the holder, and touches
+nothing; two runs started together on one output (different inputs or seeds): at most one
+exits 0, and what it reported is what the output holds. The lease itself is raced 50 times
+per store in tests/test_leases.py; here each writing command is raced a few times (slow).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import lance
+import pytest
+
+import tables
+from conftest import REPO
+from prep.cli import main as cli_main
+from prep.contracts.ownership import JOB_MARKER, take_lease
+from prep.contracts.table import read_table_metadata
+from prep.materialize import materialize_shuffle
+from prep.materialize.verify import verify
+from test_images import HYMENOPTERA
+
+TRIALS = 3
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "_prep_lease.json"}
+
+
+def _jsonl(path: Path, shared_data: Path, rows: int) -> str:
+    with open(shared_data / "gsm8k" / "train.jsonl") as f:
+        path.write_text("".join(next(f) for _ in range(rows)))
+    return str(path)
+
+
+def test_a_second_pretokenize_never_takes_a_running_jobs_output_for_leftovers(tokenizer_dir, shared_data, tmp_path, capsys):
+    out = tmp_path / "o.lance"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "first-run.lance").write_bytes(b"a fragment the first run is writing")
+    (out / JOB_MARKER).write_text('{"written_by": "prep", "job": "pretokenize"}')
+    before = snapshot(out)
+    first = take_lease(str(out), "pretokenize")  # the first run, alive and writing
+    try:
+        code = cli_main(["pretokenize", "--config", str(REPO / "configs" / "gsm8k-sft.yaml"), "--tokenizer", tokenizer_dir,
+                         "--input", _jsonl(tmp_path / "in.jsonl", shared_data, 20), "--output", str(out), "--executor", "local"])
+    finally:
+        first.release()
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err, err
+    assert f"{out} is being written by pretokenize (host {socket.gethostname()}, pid {os.getpid()}, started " in err
+    assert snapshot(out) == before
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> str:
+    return tables.synthetic_table(str(tmp_path_factory.mktemp("one-writer") / "t.lance"), num_rows=400, max_len=30)
+
+
+def test_a_second_materialize_never_touches_a_running_jobs_output(table, tmp_path, capsys):
+    out = tmp_path / "out"
+    first = take_lease(str(out), "prep materialize-shuffle")
+    try:
+        code = cli_main(["materialize-shuffle", "--table", table, "--output", str(out), "--epochs", "1", "--splits", "2",
+                         "--executor", "local", "--overwrite"])
+    finally:
+        first.release()
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "is being written by prep materialize-shuffle (host " in err, err
+    assert snapshot(out) == {}
+
+
+# --- two real runs started together (slow) -------------------------------------------------------
+def _race(a: list[str], b: list[str]) -> list[tuple[int, str, str]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
+    procs = [subprocess.Popen([sys.executable, "-m", "prep", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for args in (a, b)]
+    return [(p.returncode, *p.communicate(timeout=300)) for p in procs]
+
+
+def _one_winner(results: list[tuple[int, str, str]]) -> int | None:
+    """The index of the run that exited 0 (None: neither); the other failed in one line naming who had the output."""
+    codes = [r[0] for r in results]
+    assert codes.count(0) <= 1, results
+    for code, _, err in results:
+        if code != 0:
+            assert code == 2 and ("is being written by" in err or "in use by" in err or "holds materialization" in err), err
+    return codes.index(0) if 0 in codes else None
+
+
+@pytest.mark.slow
+def test_two_pretokenize_runs_on_one_output(tokenizer_dir, shared_data, tmp_path):
+    cmd = ["pretokenize", "--config", str(REPO / "configs" / "gsm8k-sft.yaml"), "--tokenizer", tokenizer_dir,
+           "--executor", "local", "--json", "-q"]
+    inputs = [_jsonl(tmp_path / "a.jsonl", shared_data, 30), _jsonl(tmp_path / "b.jsonl", shared_data, 45)]
+    for trial in range(TRIALS):
+        out = str(tmp_path / f"o-{trial}.lance")
+        results = _race(*[[*cmd, "--input", given, "--output", out] for given in inputs])
+        winner = _one_winner(results)
+        if winner is not None:
+            summary = json.loads(results[winner][1])
+            ds = lance.dataset(out)
+            assert ds.count_rows() == summary["rows_written"] == (30, 45)[winner]
+            assert [s["uri"] for s in read_table_metadata(ds, "t").sources] == [inputs[winner]]
+
+
+@pytest.mark.slow
+def test_two_decode_images_runs_on_one_output(tmp_path):
+    inputs = []
+    for name, n in (("a", 3), ("b", 5)):
+        for cls in ("ants", "bees"):
+            (tmp_path / name / cls).mkdir(parents=True)
+            for photo in sorted((HYMENOPTERA / cls).iterdir())[:n]:
+                shutil.copy(photo, tmp_path / name / cls / photo.name)
+        inputs.append(str(tmp_path / name))
+    cmd = ["decode-images", "--config", str(REPO / "configs" / "imagefolder.yaml"), "--executor", "local", "--json", "-q"]
+    for trial in range(TRIALS):
+        out = str(tmp_path / f"o-{trial}.lance")
+        results = _race(*[[*cmd, "--input", given, "--output", out] for given in inputs])
+        winner = _one_winner(results)
+        if winner is not None:
+            assert lance.dataset(out).count_rows() == json.loads(results[winner][1])["rows_written"] == (6, 10)[winner]
+
+
+@pytest.mark.slow
+def test_two_materialize_runs_with_different_seeds_on_one_output(table, tmp_path):
+    for trial in range(TRIALS):
+        out = str(tmp_path / f"out-{trial}")
+        results = _race(*[["materialize-shuffle", "--table", table, "--output", out, "--epochs", "2", "--splits", "4",
+                           "--seed", str(seed), "--executor", "local", "-q"] for seed in (1, 2)])
+        winner = _one_winner(results)
+        if winner is not None:
+            manifest = json.loads(Path(out, "manifest.json").read_text())
+            assert manifest["plan"]["seed"] == (1, 2)[winner] and verify(out).ok
+
+
+@pytest.mark.slow
+def test_two_prewarms_of_different_materializations_on_one_cache(table, tmp_path):
+    sources = [str(tmp_path / f"m{seed}") for seed in (1, 2)]
+    for seed, out in zip((1, 2), sources):
+        materialize_shuffle(table=table, output=out, epochs=1, splits=4, seed=seed, executor="local")
+    for trial in range(TRIALS):
+        cache = str(tmp_path / f"cache-{trial}")
+        results = _race(*[["prewarm", src, "--cache", cache, "--overwrite", "-q"] for src in sources])
+        winner = _one_winner(results)
+        if winner is not None:
+            marker = json.loads(Path(cache, "_prep_cache.json").read_text())
+            assert marker["source"] == sources[winner] and verify(cache).ok
+
+
+@pytest.mark.slow
+def test_two_readers_filling_one_cache_from_different_materializations(table, tmp_path):
+    sources = [str(tmp_path / f"m{seed}") for seed in (1, 2)]
+    for seed, out in zip((1, 2), sources):
+        materialize_shuffle(table=table, output=out, epochs=1, splits=4, seed=seed, executor="local")
+    for trial in range(TRIALS):
+        cache = str(tmp_path / f"cache-{trial}")
+        results = _race(*[["read", src, "--global-batch-size", "8", "--cache-dir", cache, "--ids-only"] for src in sources])
+        winner = _one_winner(results)
+        assert winner is not None  # the reader never replaces a cache: the first to claim it reads
+        assert json.loads(Path(cache, "_prep_cache.json").read_text())["source"] == sources[winner]
