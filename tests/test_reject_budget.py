@@ -116,6 +116,7 @@ def test_a_kill_at_each_commit_point_leaves_what_the_plain_rerun_completes(point
     assert len(lance.dataset(out).versions()) == len(lance.dataset(out.with_name("o.rejects.lance")).versions()) == 1
 
 
+@pytest.mark.slow
 def test_the_budget_holds_for_the_images_job_too(tmp_path):
     from prep.prepare.images.config import ImagesConfig
     from prep.prepare.images.job import run_decode_images

@@ -99,6 +99,7 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
         LeaseHeld: another run is writing the output or the rejects table.
     """
     cfg = job.cfg
+    check_apart(cfg.output, cfg.rejects_uri)  # before the leases: they write beside both paths
     with hold([cfg.output, cfg.rejects_uri], job.name, cfg.s3.options().resolved()) as leases:  # before any input is read
         return _run_leased(job, leases)
 
@@ -106,7 +107,6 @@ def run_prepare(job: PrepareJob) -> dict[str, Any]:
 def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     cfg = job.cfg
     t0 = time.perf_counter()
-    check_apart(cfg.output, cfg.rejects_uri)
     spec = faults.from_env()
     faults.arm(spec)
     s3 = cfg.s3.options().resolved()
