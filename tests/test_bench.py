@@ -98,7 +98,7 @@ def test_bench_reads_a_prepared_table_through_an_on_the_fly_plan(out, capsys):
 @pytest.mark.parametrize(
     "args,names",
     [
-        (["--global-batch-size", "6"], ["--global-batch-size 6", "multiple"]),
+        (["--global-batch-size", "6", "--world-size", "4", "--rank", "0"], ["--world-size 4", "--global-batch-size 6"]),
         (["--global-batch-size", "8", "--world-size", "3", "--rank", "0"], ["--world-size 3"]),
         (["--global-batch-size", "8", "--world-size", "2", "--rank", "2"], ["rank 2"]),
         (["--global-batch-size", "8", "--consumer-ms", "-1"], ["--consumer-ms", "must be >= 0"]),

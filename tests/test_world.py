@@ -1,4 +1,4 @@
-"""Rank resolution (prep.runtime.world.rank_and_world_size) in real processes: arguments, a torch.distributed
+"""prep.runtime.world: rank resolution (rank_and_world_size) in real processes: arguments, a torch.distributed
 process group, launcher variables; a world without a rank is an error, never rank 0."""
 
 from __future__ import annotations

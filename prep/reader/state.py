@@ -3,7 +3,7 @@
 ``{format, fingerprint, source_version, num_splits, global_batch_size, epoch, step, world_size}``:
 ``(epoch, step)`` is the next global step to deliver; the rest pins the data and
 the batch arithmetic. The world size is informational: any world size that
-divides the splits continues the same global batch sequence.
+divides the global batch continues the same global batch sequence.
 """
 
 from __future__ import annotations
