@@ -143,6 +143,14 @@ class TableMetadata:
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """``extra`` as a plain dict: a mapping proxy does not pickle, and DataLoader workers get the reader by pickle."""
+        return {**self.__dict__, "extra": dict(self.extra)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
     @classmethod
     def from_json(cls, raw: Any, where: str) -> TableMetadata:
         """Parses the ``prep`` metadata of the table at ``where``.

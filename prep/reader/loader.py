@@ -31,22 +31,21 @@ __all__ = ["Loader", "require_steps", "worker_context"]
 def require_steps(dataset: ReaderDataset) -> None:
     """Raises a one-line ``PrepError`` saying why and what to change when ``dataset`` has no full global step.
 
-    A step takes ``global_batch_size / num_splits`` rows from every split, so one split holding
-    fewer rows than that (512 splits over 300 rows leaves some empty) leaves an epoch with no step,
-    and a read of it would end at once without a word.
+    An epoch has ``S * (rows of its smallest split) // G`` global steps (:mod:`prep.runtime.world`),
+    so a global batch larger than that product (512 splits over 300 rows leaves some splits
+    empty: none at all) leaves an epoch with no step, and a read of it would end at once without a word.
     """
     schedule, layout = dataset.schedule, dataset.layout
     if schedule.total:
         return
     epoch = schedule.epochs[0]
-    rows, b = layout.split_rows[epoch], schedule.rows_per_split_step
-    smallest, splits = int(rows.min()), layout.num_splits
-    fix = f"a global batch size of at most {smallest * splits} (a multiple of {splits}), or " if smallest else ""
+    rows, splits, G = layout.split_rows[epoch], layout.num_splits, dataset.global_batch_size
+    smallest = int(rows.min())
+    fix = f"a global batch size of at most {smallest * splits}, or " if smallest else ""
     raise PrepError(
-        f"{layout.uri}: epoch {epoch} has no full global step: each step takes {b} row{'s' if b > 1 else ''} from "
-        f"every one of {splits} splits (global_batch_size={dataset.global_batch_size}) and the smallest split holds "
-        f"{smallest} rows ({int(rows.sum())} rows in all); use {fix}fewer splits (--splits when materializing or "
-        f"planning) so that every split holds at least one step's share")
+        f"{layout.uri}: epoch {epoch} has no full global step: a global batch of {G} rows takes "
+        f"{-(-G // splits)} from each of {splits} splits and the smallest split holds {smallest} rows "
+        f"({int(rows.sum())} rows in all); use {fix}fewer splits (--splits when materializing or planning)")
 
 
 def worker_context() -> Any:
