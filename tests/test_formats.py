@@ -118,3 +118,18 @@ def test_workers_tokenizer_matches_transformers(tok, tokenizer_dir):
     hf = load_tokenizer(tokenizer_dir)
     text = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72</s>"
     assert tok.backend().encode(text, add_special_tokens=False).ids == hf(text, add_special_tokens=False)["input_ids"]
+
+
+def test_templates_that_only_write_the_content_get_a_frame(tok):
+    """Writing a content through a macro, a namespace, ``+`` or ``| string`` is still only writing it."""
+    import dataclasses
+
+    writes = ["{{ m['content'] }}", "{{ turn(m['content']) }}", "{% set ns = namespace(c=m['content']) %}{{ ns.c }}",
+              "{{ '<' + m['content'] + '>' }}", "{{ m['content'] | string }}", "{% if m['content'] is string %}{{ m.content }}{% endif %}"]
+    for write in writes:
+        template = ("{% macro turn(c) %}[{{ c }}]{% endmacro %}{% for m in messages %}{{ m['role'] }}: "
+                    "{% generation %}" + write + "{% endgeneration %}\n{% endfor %}")
+        f = SFTFormatter(dataclasses.replace(tok, chat_template=template))
+        assert f._frame(("user", "assistant")) is not None, write
+        row = [{"role": "user", "content": " q\n"}, {"role": "assistant", "content": "{a}"}]
+        assert joined(f({"messages": row})) == f._chat_segments(row)

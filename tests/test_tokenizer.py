@@ -73,9 +73,10 @@ def test_a_third_party_logger_with_its_own_handler_prints_each_line_once():
     """huggingface_hub's logger has its own stderr handler and propagates: the root handler must not repeat it."""
     code = ("from prep.runtime import logs\nlogs.configure()\nfrom huggingface_hub.utils import logging as hl\n"
             "hl.get_logger('huggingface_hub.utils._http').warning('Retrying in 1s [Retry 1/5].')\n"
-            "import logging\nlogging.getLogger('prep.x').warning('ours')")
+            "import logging\nlogging.getLogger('prep.x').warning('ours')\n"
+            "import urllib3\nlogging.getLogger('urllib3.x').error('behind a NullHandler')")  # urllib3 adds one
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
-    assert err.count("Retrying in 1s") == 1 and err.count("ours") == 1, err
+    assert err.count("Retrying in 1s") == 1 and err.count("ours") == 1 and err.count("behind a NullHandler") == 1, err
 
 
 def test_a_tokenizer_file_that_truncates_or_pads_does_neither_in_prep(tokenizer_dir, tmp_path):

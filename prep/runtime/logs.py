@@ -42,7 +42,7 @@ def _printed_on_the_way(record: logging.LogRecord) -> bool:
     """
     logger: logging.Logger | None = logging.getLogger(record.name)
     while logger is not None and logger is not logging.root:
-        if any(record.levelno >= h.level for h in logger.handlers):
+        if any(record.levelno >= h.level and not isinstance(h, logging.NullHandler) for h in logger.handlers):
             return False
         logger = logger.parent if logger.propagate else None
     return True

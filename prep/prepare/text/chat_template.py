@@ -19,6 +19,9 @@ import functools
 import re
 from typing import Any, Callable
 
+import jinja2.runtime
+import jinja2.utils
+
 __all__ = ["ChatTemplate", "ContentRead", "Probe", "Spans"]
 
 Spans = list[tuple[int, int]]
@@ -172,8 +175,5 @@ class ChatTemplate:
 
 def _stores_only(obj: Any) -> bool:
     """Callables that only keep references to their arguments: macros (guarded themselves), namespace, dict."""
-    import jinja2.runtime
-    import jinja2.utils
-
-    return isinstance(obj, jinja2.runtime.Macro) or obj is dict or (isinstance(obj, type) and issubclass(obj, jinja2.utils.Namespace)) \
-        or type(obj).__name__ == "TemplateDict"
+    return (isinstance(obj, jinja2.runtime.Macro) or obj is dict or type(obj).__name__ == "TemplateDict"
+            or (isinstance(obj, type) and issubclass(obj, jinja2.utils.Namespace)))
