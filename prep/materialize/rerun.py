@@ -27,6 +27,7 @@ def _listing(job: Any, epoch: int) -> dict[str, int]:
     """Every file under ``epoch-EEEEE`` (path relative to the output) and its size; empty when the folder is not there."""
     folder = storage.join(job.output, split_path(epoch, 0).split("/")[0])
     fs, root = storage.filesystem(folder, job.s3)
+    fs.invalidate_cache(root)  # what is there now, not what fsspec listed earlier in this process
     try:
         found = fs.find(root, detail=True)
     except FileNotFoundError:
