@@ -38,6 +38,14 @@ def shuffle(table: str, out: str, **kw):
     return materialize_shuffle(table=table, output=out, executor="local", num_cpus=1, **PLAN, **kw)
 
 
+@pytest.fixture(scope="module")
+def reference(synthetic, tmp_path_factory) -> str:
+    """An uninterrupted run of the plan the tests damage or interrupt."""
+    out = str(tmp_path_factory.mktemp("ref") / "out")
+    shuffle(synthetic, out)
+    return out
+
+
 def split_ids(out: str, epoch: int, split: int, s3=None) -> np.ndarray:
     uri = storage.join(out, split_path(epoch, split))
     return lance.dataset(uri, storage_options=storage.lance_storage_options(uri, s3)).to_table(columns=["id"])["id"].to_numpy()
@@ -91,8 +99,7 @@ def _damage_versions(split: Path) -> None:
 
 @pytest.mark.parametrize("damage", [_damage_delete, _damage_truncate, _damage_replace, _damage_versions],
                          ids=["deleted", "truncated", "replaced", "no-versions"])
-def test_a_rerun_rewrites_a_split_that_is_missing_or_damaged_and_verify_passes(synthetic, tmp_path, damage):
-    shuffle(synthetic, str(tmp_path / "ref"))
+def test_a_rerun_rewrites_a_split_that_is_missing_or_damaged_and_verify_passes(synthetic, reference, tmp_path, damage):
     out = tmp_path / "out"
     shuffle(synthetic, str(out))
     damage(out / split_path(1, 2))
@@ -101,7 +108,7 @@ def test_a_rerun_rewrites_a_split_that_is_missing_or_damaged_and_verify_passes(s
         shuffle(synthetic, str(out))
     assert [m for m in said if m.startswith("epoch 1 split 2: ") and m.endswith("; writing it again")], said
     assert read_done(str(out), 1, 2) is not None
-    same_output(str(out), str(tmp_path / "ref"))
+    same_output(str(out), reference)
 
 
 def test_a_rerun_of_a_whole_output_checks_every_split_and_writes_none(synthetic, tmp_path):
@@ -113,50 +120,48 @@ def test_a_rerun_of_a_whole_output_checks_every_split_and_writes_none(synthetic,
 
 
 @pytest.mark.s3
-def test_a_deleted_split_on_s3_is_rewritten_by_the_rerun(synthetic, s3_env, s3_bucket, tmp_path):
+@pytest.mark.slow
+def test_a_deleted_split_on_s3_is_rewritten_by_the_rerun(synthetic, reference, s3_env, s3_bucket):
     out = f"s3://{s3_bucket}/epochs"
     shuffle(synthetic, out)
-    shuffle(synthetic, str(tmp_path / "ref"))
     fs, root = storage.filesystem(storage.join(out, split_path(0, 1)))
     fs.rm(root, recursive=True)
     assert not verify(out).ok
     shuffle(synthetic, out)
     assert verify(out).ok
     assert [s.checksum for e in read_manifest(out).epochs for s in e.splits] == \
-        [s.checksum for e in read_manifest(str(tmp_path / "ref")).epochs for s in e.splits]
+        [s.checksum for e in read_manifest(reference).epochs for s in e.splits]
 
 
-def _cli(args: list[str], kill: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop(KILL_ENV, None)
-    if kill:
-        env[KILL_ENV] = kill
+def _cli(args: list[str], kill: str) -> subprocess.CompletedProcess:
+    """``prep *args`` in a child process that ``PREP_TEST_KILL=kill`` ends at a commit point."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), KILL_ENV: kill}
     return subprocess.run([sys.executable, "-m", "prep", *args], env=env, capture_output=True, text=True, timeout=300)
 
 
-# (point, arrival): the third split and done record land mid-epoch 0 (4 splits an epoch, one thread)
-KILLS = [("marker", 1), ("selection", 1), ("split", 3), ("done", 3), ("split", 6), ("manifest", 1)]
+# (point, arrival): the third split and done record land mid-epoch 0 (4 splits an epoch, one thread). Each kill costs
+# a child process (~5 s here): one mid-epoch kill runs by default, the others are marked slow.
+KILLS = [pytest.param(point, nth, id=f"{point}-{nth}", marks=[] if point == "done" else [pytest.mark.slow])
+         for point, nth in [("marker", 1), ("selection", 1), ("split", 3), ("done", 3), ("split", 6), ("manifest", 1)]]
 
 
 def test_every_commit_point_is_a_kill_point():
-    assert {point for point, _ in KILLS} == POINTS
+    assert {k.values[0] for k in KILLS} == POINTS
 
 
-@pytest.mark.parametrize("point,nth", KILLS, ids=[f"{p}-{n}" for p, n in KILLS])
-def test_a_kill_at_each_commit_point_then_the_plain_rerun_writes_what_an_uninterrupted_run_writes(synthetic, tmp_path,
-                                                                                                 point, nth):
-    args = ["materialize-shuffle", "--table", synthetic, "--epochs", "2", "--splits", "4", "--seed", "3",
-            "--filter", "length > 25", "--executor", "local", "--num-cpus", "1"]
-    shuffle(synthetic, str(tmp_path / "ref"))
+@pytest.mark.parametrize("point,nth", KILLS)
+def test_a_kill_at_each_commit_point_then_the_plain_rerun_writes_what_an_uninterrupted_run_writes(synthetic, reference,
+                                                                                                 tmp_path, point, nth):
     out = str(tmp_path / "out")
-    killed = _cli([*args, "--output", out], kill=f"{point}:{nth}")
+    killed = _cli(["materialize-shuffle", "--table", synthetic, "--output", out, "--epochs", "2", "--splits", "4",
+                   "--seed", "3", "--filter", "length > 25", "--executor", "local", "--num-cpus", "1"], f"{point}:{nth}")
     assert killed.returncode == KILLED_EXIT, killed.stderr[-2000:]
-    assert not os.path.exists(os.path.join(out, "manifest.json")) or point == "manifest"
-    rerun = _cli([*args, "--output", out])
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    same_output(out, str(tmp_path / "ref"))
+    assert os.path.exists(os.path.join(out, "manifest.json")) == (point == "manifest")
+    shuffle(synthetic, out)  # the plain rerun (the same call the command makes)
+    same_output(out, reference)
 
 
+@pytest.mark.slow
 def test_a_kill_after_a_mixtures_done_record_then_the_rerun_writes_what_an_uninterrupted_run_writes(synthetic, tmp_path):
     other = tables.synthetic_table(str(tmp_path / "other.lance"), num_rows=300, seed=1, max_len=40)
     mix = tmp_path / "mix.yaml"
@@ -172,7 +177,7 @@ def test_a_kill_after_a_mixtures_done_record_then_the_rerun_writes_what_an_unint
     killed = _cli(args, kill="done:5")
     assert killed.returncode == KILLED_EXIT, killed.stderr[-2000:]
     assert len(list(Path(out).glob("epoch-*/*.done.json"))) == 5
-    assert _cli(args).returncode == 0
+    materialize_mixture(mixture=str(mix), output=out, epochs=2, splits=4, executor="local", num_cpus=1)
     same_output(out, str(tmp_path / "ref"))
 
 

@@ -115,9 +115,10 @@ def _tokenizer(manifest: dict, **values) -> dict:
         (lambda m: {**m, "source": {**m["source"], "metadata": {**m["source"]["metadata"], "counts": {"rows_read": -3}}}},
          "source.metadata: prep table metadata counts.rows_read=-3 must be an integer >= 0"),
         (lambda m: {**m, "num_selected_rows": -1}, "num_selected_rows=-1 must be an integer >= 0"),
+        (lambda m: {**m, "num_selected_rows": 10**9}, "num_selected_rows=1000000000 is more than the source's num_rows="),
     ],
     ids=["old-format", "unknown-key", "bad-plan-value", "unknown-plan-key", "no-metadata", "epoch-twice", "pad-negative",
-         "pad-beyond-vocab", "no-vocab", "negative-count", "negative-rows"],
+         "pad-beyond-vocab", "no-vocab", "negative-count", "negative-rows", "selected-beyond-rows"],
 )
 def test_a_manifest_from_another_prep_or_edited_is_one_line_saying_to_rerun_materialize(written, tmp_path, damage, says):
     out, manifest = written

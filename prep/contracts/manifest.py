@@ -173,6 +173,8 @@ def _parse(doc: Any) -> Manifest:
     plan = PlanSpec.from_json(doc["plan"])
     if not _int(doc["num_selected_rows"]):
         raise PrepError(f"num_selected_rows={doc['num_selected_rows']!r} must be an integer >= 0")
+    if plan.mixture is None and doc["num_selected_rows"] > src["num_rows"]:
+        raise PrepError(f"num_selected_rows={doc['num_selected_rows']} is more than the source's num_rows={src['num_rows']}")
     if not isinstance(doc["columns"], list) or not all(isinstance(c, str) for c in doc["columns"]):
         raise PrepError("columns must be a list of column names")
     if not isinstance(doc["epochs"], list) or not doc["epochs"]:
@@ -212,6 +214,8 @@ def _mixture(doc: Any, plan: PlanSpec) -> tuple[MixtureTable, ...] | None:
         if not (isinstance(t, dict) and set(t) == {"uri", "version", "num_rows", "selected_rows"}
                 and isinstance(t["uri"], str) and _int(t["version"], 1) and _int(t["num_rows"]) and _int(t["selected_rows"])):
             raise PrepError(f"mixture table {str(t)[:80]} needs uri, version (>= 1), num_rows and selected_rows")
+        if t["selected_rows"] > t["num_rows"]:
+            raise PrepError(f"mixture table {t['uri']}: selected_rows={t['selected_rows']} is more than its num_rows={t['num_rows']}")
         out.append(MixtureTable(uri=t["uri"], version=t["version"], num_rows=t["num_rows"], selected_rows=t["selected_rows"]))
     return tuple(out)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from prep.io import lance_tables
 
@@ -20,7 +20,7 @@ from prep.contracts.manifest import Manifest
 from prep.materialize.options import DEFAULT_LANCE_FORMAT, READ_ROWS
 from prep.plan.spec import PlanSpec
 
-__all__ = ["Job", "Call", "job_for_manifest", "dataset", "run_task"]
+__all__ = ["Job", "Call", "TaskExecutor", "job_for_manifest", "dataset", "run_task"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +70,18 @@ class Call(NamedTuple):
     where: str
     fn: Callable[..., Any]
     args: tuple
+
+
+class TaskExecutor(Protocol):
+    """What both executors offer (:class:`prep.materialize.local.LocalExecutor`, :class:`prep.materialize.on_ray.RayExecutor`)."""
+
+    hold_bytes: int  # bytes of rows the driver may hold for the tasks (0: tasks do not share its memory)
+
+    def put(self, value: Any) -> Any:
+        """``value`` as the tasks receive it (shared once, not copied per call)."""
+
+    def run(self, calls: Sequence[Call], on_done: Callable[[], None] = ...) -> list:
+        """The calls' results in order; the first failure is raised as one line naming its ``where``."""
 
 
 def job_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None = None) -> Job:

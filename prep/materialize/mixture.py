@@ -37,7 +37,7 @@ from prep.errors import PrepError
 from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import Epoch, Manifest, MixtureTable, Source
 from prep.materialize.held import Held
-from prep.materialize.job import Call
+from prep.materialize.job import Call, TaskExecutor
 from prep.materialize.mixture_sources import (SOURCE_COLUMN, OpenSource, check_repeats, epoch_rows_for, open_sources,
                                               output_schema, plan_sources, row_tokens)
 from prep.materialize.options import DEFAULT_LANCE_FORMAT, READ_ROWS, RunOptions
@@ -150,7 +150,7 @@ class MixtureRun:
             self._sequences[e] = seq
         return job
 
-    def write(self, job: MixtureJob, todo: Sequence[tuple[int, int]], executor: Any,
+    def write(self, job: MixtureJob, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
               on_done: Callable[[], None]) -> list[DoneRecord]:
         """The (epoch, split) pairs in ``todo``, from rows held in memory when the executor can hold them all."""
         mix, p = job.plan.mixture, job.plan

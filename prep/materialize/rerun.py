@@ -18,27 +18,29 @@ from prep.errors import PrepError, one_line
 from prep.io import lance_tables, storage
 from prep.contracts.manifest import split_path
 
-__all__ = ["sound_done_records", "unsound"]
+__all__ = ["sound_done_records"]
 
 log = logging.getLogger("prep.materialize")
 
 
 def _listing(job: Any, epoch: int) -> dict[str, int]:
     """Every file under ``epoch-EEEEE`` (path relative to the output) and its size; empty when the folder is not there."""
-    folder = storage.join(job.output, split_path(epoch, 0).split("/")[0])
-    fs, root = storage.filesystem(folder, job.s3)
+    folder = split_path(epoch, 0).split("/")[0]
+    fs, root = storage.filesystem(storage.join(job.output, folder), job.s3)
+    root = root.rstrip("/")
+    fs.invalidate_cache(root)  # what is there now, not what fsspec listed earlier in this process
     try:
         found = fs.find(root, detail=True)
     except FileNotFoundError:
         return {}
-    cut = len(root.rstrip("/")) - len(split_path(epoch, 0).split("/")[0])
-    return {name[cut:]: int(info["size"]) for name, info in found.items() if info.get("type") != "directory"}
+    start = len(root) - len(folder)  # names from "epoch-EEEEE/" on
+    return {name[start:]: int(info["size"]) for name, info in found.items() if info.get("type") != "directory"}
 
 
-def unsound(job: Any, record: DoneRecord, listing: dict[str, int]) -> str | None:
+def _unsound(job: Any, record: DoneRecord, listing: dict[str, int]) -> str | None:
     """Why the split of ``record`` cannot be trusted (None: it can), given the files of its epoch folder."""
     if record.fingerprint != job.fingerprint:
-        return "its done record is of another plan"
+        return f"its done record is of another plan ({record.fingerprint}, this run {job.fingerprint})"
     for name, size in sorted(record.files.items()):
         got = listing.get(f"{record.path}/{name}")
         if got is None:
@@ -68,9 +70,9 @@ def sound_done_records(job: Any, epochs: range) -> dict[tuple[int, int], DoneRec
             except PrepError as exc:
                 why = one_line(exc, limit=200)
             else:
-                why = unsound(job, record, listing) if record is not None else "its done record is gone"
+                why = _unsound(job, record, listing) if record is not None else "its done record is gone"
             if why is None:
                 done[(e, s)] = record
-            elif not why.startswith("its done record is of another plan"):
+            else:
                 log.warning("epoch %d split %d: %s; writing it again", e, s, why)
     return done

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from prep.io import storage
 from prep.errors import PrepError
@@ -31,6 +31,7 @@ from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import MANIFEST, Epoch, Manifest, SplitFile, read_manifest, write_manifest
 from prep.contracts.materialized import JOB_FILE, JOB_NAME, WORK, owned_entries
 from prep.materialize.faults import kill_point
+from prep.materialize.job import TaskExecutor
 from prep.materialize.options import RunOptions
 from prep.materialize.rerun import sound_done_records
 from prep.plan.spec import PlanSpec
@@ -67,7 +68,8 @@ class Run(Protocol):
     def prepare(self, job: RunJob, epochs: range) -> RunJob:
         """After the claim: writes what the tasks read (the filter sidecar); checks every epoch of the run."""
 
-    def write(self, job: RunJob, todo: Sequence[tuple[int, int]], executor: Any, on_done: Any) -> list[DoneRecord]:
+    def write(self, job: RunJob, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
+              on_done: Callable[[], None]) -> list[DoneRecord]:
         """Writes the (epoch, split) pairs in ``todo`` with ``executor``; returns their done records."""
 
     def manifest(self, job: RunJob, epochs: tuple[Epoch, ...]) -> Manifest:
@@ -115,7 +117,7 @@ def _materialize(what: Run, options: RunOptions, output: str, s3: storage.S3Opti
     return manifest
 
 
-def executor_for(options: RunOptions, on_ray: bool) -> Any:
+def executor_for(options: RunOptions, on_ray: bool) -> TaskExecutor:
     """The executor of a run: Ray tasks or threads of this process; both take the same calls."""
     if on_ray:
         from prep.materialize.on_ray import RayExecutor  # imports Ray: only when it is used

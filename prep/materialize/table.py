@@ -31,7 +31,7 @@ from prep.io import lance_tables, storage
 from prep.materialize.faults import kill_point
 from prep.materialize.gather import gather_pieces, write_gathered
 from prep.materialize.held import hold_splits, reads_scattered
-from prep.materialize.job import Call, Job, dataset, run_task
+from prep.materialize.job import Call, Job, TaskExecutor, dataset, run_task
 from prep.materialize.options import RunOptions
 from prep.materialize.run import materialize
 from prep.materialize.rows import bytes_per_row, hash_keys_for, selection_fingerprint, write_selection
@@ -111,7 +111,8 @@ class TableRun:
             log.warning("only %d selected rows for %d splits: some splits will be empty", job.num_selected, job.plan.num_splits)
         return job
 
-    def write(self, job: Job, todo: Sequence[tuple[int, int]], executor: Any, on_done: Callable[[], None]) -> list[DoneRecord]:
+    def write(self, job: Job, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
+              on_done: Callable[[], None]) -> list[DoneRecord]:
         """Writes the (epoch, split) pairs in ``todo`` (module docstring: where their rows come from)."""
         keys = hash_keys_for(job, self.source) if job.plan.strategy == "hash" else None
         if not executor.hold_bytes:

@@ -3,8 +3,11 @@
 Checks, per epoch and split: the split dataset exists and holds the planned
 number of rows, its content checksum matches the manifest, and (when the
 output has an ``id`` column) its ids are exactly the source rows the plan puts
-there, in plan order; per epoch: every selected row appears exactly once (an
-order-free fingerprint of all ids, compared with the source's). The source
+there, in plan order (a problem names the first row that differs), and its token
+ids are within the vocabulary the manifest's tokenizer records; per epoch: every
+selected row appears exactly once (an order-free fingerprint of all ids,
+compared with the source's). Each split is read once for all of it
+(:mod:`prep.materialize.scan`). The source
 table must still be at the version the manifest names: a newer version is a
 failure, since the plan's positions would point at other rows.
 
@@ -16,6 +19,7 @@ against the recomputed plan). The content checksum is :mod:`prep.io.checksum`'s,
 from __future__ import annotations
 
 import logging
+
 import numpy as np
 
 from prep import plan

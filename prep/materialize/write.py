@@ -1,8 +1,9 @@
 """The (epoch, split) task: write one split dataset, then its done record.
 
 One task per (epoch, split), on either executor, writes
-``OUT/epoch-EEEEE/split-SSSSS.lance`` and then ``split-SSSSS.done.json``
-(rows, content checksum). Two ways to get a split's rows:
+``OUT/epoch-EEEEE/split-SSSSS.lance`` and then its done record (rows, content
+checksum, files and sizes: :mod:`prep.contracts.done`). Each commit is a kill point
+(:mod:`prep.materialize.faults`). Two ways to get a split's rows:
 
 - ``take``: each chunk of the read order is one Lance ``take``; clumps make it
   nearly a scan (Ray: when :func:`prep.materialize.held.reads_scattered` is false;
@@ -79,6 +80,7 @@ def split_files(uri: str, s3: storage.S3Options | None) -> dict[str, int]:
     """Every file of the dataset at ``uri`` (path relative to it) and its size in bytes; empty when there is none."""
     fs, root = storage.filesystem(uri, s3)
     root = root.rstrip("/")
+    fs.invalidate_cache(root)  # Lance wrote these files, not fsspec: a listing it cached earlier is stale
     try:
         found = fs.find(root, detail=True)
     except FileNotFoundError:
