@@ -84,7 +84,8 @@ def _race(a: list[str], b: list[str]) -> list[tuple[int, str, str]]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
     procs = [subprocess.Popen([sys.executable, "-m", "prep", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for args in (a, b)]
-    return [(p.returncode, *p.communicate(timeout=300)) for p in procs]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    return [(p.returncode, *out) for p, out in zip(procs, outputs)]
 
 
 def _one_winner(results: list[tuple[int, str, str]]) -> int | None:
