@@ -87,7 +87,7 @@ def test_prewarm_refuses_a_non_empty_cache_it_did_not_write(materialized, tmp_pa
     (cache / "epoch-00000" / "split-00000.lance").write_bytes(b"mine")
     (cache / "manifest.json").write_text("{}")
     for overwrite in (False, True):
-        with pytest.raises(PrepError, match=r"cache .* is not empty and is not a prep prewarm cache"):
+        with pytest.raises(PrepError, match=r"--cache .* is not empty and is not a prep prewarm cache"):
             prewarm(materialized, cache=str(cache), overwrite=overwrite)
     assert (cache / "epoch-00000" / "split-00000.lance").read_bytes() == b"mine"
     assert (cache / "manifest.json").read_text() == "{}"
