@@ -1,4 +1,10 @@
-"""One writer per output (issue 21, finding 3): the lease, raced by real processes, locally and on S3."""
+"""One writer per output (issue 21, finding 3): the lease, raced by real processes, locally and on S3.
+
+moto_server checks ``If-None-Match`` and then stores, not atomically (AWS S3 does both at
+once): two creates racing there can both succeed. The later record stays, and the other run
+finds out at ``lease.check()`` (a conditional refresh), before it commits, as every command
+does; the racers here do the same, so "won" means "would have committed".
+"""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ def test_prewarm_refuses_a_non_empty_cache_it_did_not_write(materialized, tmp_pa
     (cache / "epoch-00000" / "split-00000.lance").write_bytes(b"mine")
     (cache / "manifest.json").write_text("{}")
     for overwrite in (False, True):
-        with pytest.raises(PrepError, match=r"cache .* is not empty and is not a prep prewarm cache"):
+        with pytest.raises(PrepError, match=r"--cache .* is not empty and is not a prep prewarm cache"):
             prewarm(materialized, cache=str(cache), overwrite=overwrite)
     assert (cache / "epoch-00000" / "split-00000.lance").read_bytes() == b"mine"
     assert (cache / "manifest.json").read_text() == "{}"
@@ -194,3 +194,22 @@ def _manifest_of(cache):
 
     marker = json.loads((cache / "_prep_cache.json").read_text())
     return replace(read_manifest(str(cache)), fingerprint=marker["fingerprint"])
+
+
+def test_a_prewarm_rerun_refetches_exactly_the_missing_and_damaged_copies(materialized, tmp_path):
+    cache = tmp_path / "cache"
+    prewarm(materialized, cache=str(cache), rank=0, world_size=2)
+    gone, short, flipped = (sorted(glob.glob(f"{cache}/{split_path(e, s)}/data/*.lance"))[0] for e, s in ((0, 1), (1, 2), (1, 3)))
+    os.remove(gone)
+    with open(short, "r+b") as f:
+        f.truncate(10)
+    data = bytearray(open(flipped, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(flipped, "wb").write(bytes(data))
+    s = prewarm(materialized, cache=str(cache), rank=0, world_size=2)
+    assert (s["copied"], s["cached"]) == (3, 5)
+    from prep.cache.store import SplitCache
+
+    store = SplitCache(str(cache), source=materialized)
+    assert len(store.cached()) == 8 and all(store.valid(k) for k in store.cached())
+    store.close()

@@ -1,1 +1,6 @@
-"""The reader cache: verified local copies of a rank's splits, and prewarm, which fills it ahead."""
+"""The reader cache: verified local copies of a rank's splits, and prewarm, which fills it ahead.
+
+``records`` (the layout and the copy record), ``locks`` (how processes share the cache),
+``eviction`` (what makes room), ``store`` (:class:`~prep.cache.store.SplitCache`: claim,
+verify, fetch), ``prewarm`` (the fetch, run ahead for one rank).
+"""

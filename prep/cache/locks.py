@@ -128,6 +128,7 @@ class CacheUse:
         os.write(self._record_fd, self.holder.encode())
         os.replace(tmp, self._record)
         self._fd: int | None = _open(os.path.join(layout.locks, "cache.lock"))
+        self._pid = os.getpid()
 
     def try_exclusive(self) -> bool:
         """Whether this process now uses the cache alone (no other process uses it); never waits."""
@@ -170,7 +171,8 @@ class CacheUse:
     def release(self) -> None:
         if self._fd is None:
             return
-        remove_tree(self._record)
+        if os.getpid() == self._pid:  # a forked child closes its copies only: the record is its parent's
+            remove_tree(self._record)
         os.close(self._record_fd)
         os.close(self._fd)
         self._fd = None

@@ -35,7 +35,7 @@ __all__ = ["SplitCache", "Key", "Priority", "JOB"]
 log = logging.getLogger(__name__)
 
 JOB = "prep prewarm"  # the marker's writer: prewarm and the reader share one layout
-_FIX = "choose an empty or new cache directory (prep never deletes what it did not write)"
+_FIX = "choose an empty or new --cache (prep never deletes what it did not write)"
 
 
 class SplitCache:
@@ -76,7 +76,7 @@ class SplitCache:
         """Makes the cache this materialization's, touching nothing prep did not write; returns this process's use of it."""
         root = self.root
         if os.path.exists(root) and not os.path.isdir(root):
-            raise PrepError(f"cache {root} is a file, not a directory: {_FIX}")
+            raise PrepError(f"--cache {root} is a file, not a directory: {_FIX}")
         os.makedirs(root, exist_ok=True)
         with locks.exclusive(root):  # processes starting on one directory: one looks and claims at a time
             self._marker()
@@ -113,7 +113,7 @@ class SplitCache:
         marker = os.path.join(self.root, CACHE_MARKER)
         if not os.path.exists(marker):
             if set(os.listdir(self.root)) - {os.path.basename(self.layout.locks)}:
-                raise PrepError(f"cache {self.root} is not empty and is not a prep prewarm cache (no {CACHE_MARKER}): {_FIX}")
+                raise PrepError(f"--cache {self.root} is not empty and is not a prep prewarm cache (no {CACHE_MARKER}): {_FIX}")
             return None
         old = read_json_file(marker, None, _FIX)
         if not isinstance(old, dict) or old.get("job") != JOB:

@@ -384,6 +384,8 @@ class _S3Slot(_Slot):
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
                 raise _Conflict() from None
+            if code == "NoSuchBucket":
+                raise PrepError(f"cannot write to {self.uri.rsplit('/', 1)[0]} ({code}: {one_line(exc, limit=200)})") from None
             if code in ("NoSuchKey", "404") or status == 404:
                 raise _Missing() from None
             if status == 501 or code == "NotImplemented":
