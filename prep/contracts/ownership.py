@@ -44,7 +44,7 @@ import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Literal, Sequence, TypeVar
+from typing import Any, Iterator, Literal, Sequence
 
 import prep
 from prep.contracts.table import METADATA_KEY
@@ -53,7 +53,7 @@ from prep.io import storage
 from prep.errors import PrepError, one_line
 
 __all__ = ["LEASE", "JOB_MARKER", "CACHE_MARKER", "MARKER", "HEARTBEAT_S", "STALE_S", "Holder", "LeaseHeld", "Lease",
-           "take_lease", "hold", "leased", "OutputClaim", "entries", "inspect_output", "claim_outputs", "write_marker",
+           "take_lease", "hold", "OutputClaim", "entries", "inspect_output", "claim_outputs", "write_marker",
            "remove_owned"]
 
 log = logging.getLogger(__name__)
@@ -206,23 +206,6 @@ def hold(uris: Sequence[str], job: str, s3: storage.S3Options | None = None) -> 
         yield leases
         for lease in leases:
             lease.check()
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def leased(job: str) -> Callable[[F], F]:
-    """Runs the decorated function (keywords ``output`` and ``s3``) holding the lease on ``output``."""
-
-    def wrap(fn: F) -> F:
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            with hold([kwargs["output"]], job, kwargs.get("s3")):
-                return fn(*args, **kwargs)
-
-        return run  # type: ignore[return-value]
-
-    return wrap
 
 
 class _Slot:
