@@ -6,6 +6,9 @@
 #   bash scripts/test-oldest.sh                      # the suite without the slow tests
 #   bash scripts/test-oldest.sh tests/test_reader.py # any pytest arguments
 # VENV (default /tmp/prep-oldest-venv) is recreated on every run; PYTHON picks the interpreter.
+# Packages come from the package index alone (pip's config files and PIP_FIND_LINKS are set aside): a
+# local wheel cache's `torch 2.13.0+cpu` sorts above torch 2.13.0 itself and pairs with no torchvision
+# release ("operator torchvision::nms does not exist"). The CUDA torch wheels make this a ~3 GB download.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +20,7 @@ rm -rf "$VENV"
 "$PYTHON" scripts/lower_bounds.py > "$VENV/lower-bounds.txt"
 echo "installing the lower bounds into $VENV:" >&2
 tr '\n' ' ' < "$VENV/lower-bounds.txt" >&2; echo >&2
-"$VENV/bin/pip" install -q -c "$VENV/lower-bounds.txt" -e ".[test]"
+env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null "$VENV/bin/pip" install -q -c "$VENV/lower-bounds.txt" -e ".[test]"
 "$VENV/bin/pip" check
 "$VENV/bin/pip" freeze --exclude-editable > "$VENV/installed.txt"
 export TOKENIZERS_PARALLELISM=false RAY_DISABLE_USAGE_STATS=1

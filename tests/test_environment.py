@@ -29,7 +29,7 @@ def requirements(extras: list[str] | None = None) -> list[Requirement]:
     return [r for r in found if canonicalize_name(r.name) != canonicalize_name(PROJECT["name"])]
 
 
-def tested_extras() -> list[str]:
+def ci_extras() -> list[str]:
     """``test`` and the extras it names (``prep-lance[hf,...]``): what CI installs from the lock."""
     names = ["test"]
     for r in PROJECT["optional-dependencies"]["test"]:
@@ -56,7 +56,7 @@ def test_dependencies_are_ranges_with_a_lower_bound_and_no_cap():
 
 def test_the_lock_pins_every_dependency_ci_installs_inside_its_range():
     pins = locked()
-    for req in requirements(tested_extras()):
+    for req in requirements(ci_extras()):
         name = canonicalize_name(req.name)
         assert name in pins, f"{req.name} is missing from {LOCK.name}"
         assert req.specifier.contains(pins[name], prereleases=True), f"{LOCK.name} pins {name}=={pins[name]} outside {req}"
