@@ -20,7 +20,7 @@ import reader_fixtures as rf
 from prep.reader import ReaderDataset, buffers
 from prep.reader.batcher import Batcher
 from prep.reader.collate import Chunk, collate_steps
-from prep.reader.manifest import Materialized
+from prep.reader.materialized import Materialized
 from prep.reader.planned import PlannedSplit
 from prep.reader.prefetch import Prefetcher
 from prep.reader.schedule import Schedule

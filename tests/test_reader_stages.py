@@ -13,7 +13,7 @@ from common.tiny import tiny_materialized, tiny_prepared
 from prep.cache.store import SplitCache
 from prep.reader.batcher import Batcher
 from prep.reader.cached import FetchStage
-from prep.reader.manifest import Materialized
+from prep.reader.materialized import Materialized
 from prep.reader.options import ReaderOptions
 from prep.reader.pipeline import Pipeline
 from prep.reader.prefetch import Prefetcher

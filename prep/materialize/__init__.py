@@ -30,7 +30,7 @@ Modules:
 - :mod:`prep.materialize.table`: a single table's run (``materialize_shuffle``)
 - :mod:`prep.materialize.mixture`: a mixture's run (``materialize_mixture``): several tables by weight
 - :mod:`prep.materialize.rerun`: which done splits a rerun may trust
-- :mod:`prep.materialize.job`: the :class:`Job` tasks receive, the calls executors run, the per-worker dataset cache
+- :mod:`prep.materialize.resolved`: the :class:`ResolvedTable` tasks receive, the calls executors run, the per-worker dataset cache
 - :mod:`prep.materialize.rows`: reading selected rows, ids, hash keys; the filter sidecar
 - :mod:`prep.materialize.held`: rows held in memory, taken into a split's read order
 - :mod:`prep.materialize.write`: the (epoch, split) write task
@@ -52,7 +52,7 @@ from typing import Any
 _EXPORTS = {
     "materialize": "prep.materialize.run", "materialize_shuffle": "prep.materialize.table",
     "materialize_mixture": "prep.materialize.mixture", "RunOptions": "prep.materialize.options",
-    "Job": "prep.materialize.job", "job_for_manifest": "prep.materialize.job", "read_rows": "prep.materialize.rows",
+    "ResolvedTable": "prep.materialize.resolved", "resolved_for_manifest": "prep.materialize.resolved", "read_rows": "prep.materialize.rows",
     "selected_ids": "prep.materialize.rows", "hash_keys_for": "prep.materialize.rows",
 }
 __all__ = list(_EXPORTS)

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from prep import plan
 from prep.materialize.held import Held, rows_at
-from prep.materialize.job import Call, Job, dataset
+from prep.materialize.resolved import Call, ResolvedTable, dataset
 from prep.materialize.rows import bytes_per_row, read_range
 from prep.materialize.write import write_split
 from prep.contracts.done import DoneRecord
@@ -29,7 +29,7 @@ __all__ = ["GATHER_CHUNK_BYTES", "gather_pieces", "write_gathered"]
 GATHER_CHUNK_BYTES = 64 << 20  # rows per gather map task: about this many bytes
 
 
-def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None) -> tuple[pa.Table, ...] | pa.Table:
+def _gather_chunk(job: ResolvedTable, start: int, stop: int, hash_keys: np.ndarray | None) -> tuple[pa.Table, ...] | pa.Table:
     """Gather, map side: read selected rows ``[start, stop)`` in order, cut them into one piece per split.
 
     The pieces go to the Ray object store (shared memory, spilled to disk when
@@ -46,13 +46,13 @@ def _gather_chunk(job: Job, start: int, stop: int, hash_keys: np.ndarray | None)
     return pieces if len(pieces) > 1 else pieces[0]
 
 
-def write_gathered(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, *pieces: pa.Table) -> DoneRecord:
+def write_gathered(job: ResolvedTable, epoch: int, split: int, hash_keys: np.ndarray | None, *pieces: pa.Table) -> DoneRecord:
     """Gather, reduce side: the split's pieces (its rows in position order) -> its dataset."""
     positions = np.sort(plan.split_rows(split=split, epoch=epoch, hash_keys=hash_keys, **job.split_kwargs()))
     return write_split(job, epoch, split, hash_keys, Held(pieces, positions))
 
 
-def gather_pieces(job: Job, source: Any, executor: Any, hash_ref: Any) -> list[list]:
+def gather_pieces(job: ResolvedTable, source: Any, executor: Any, hash_ref: Any) -> list[list]:
     """Submits the gather map tasks on ``executor`` (:meth:`~prep.materialize.on_ray.RayExecutor.scatter`);
     returns piece refs indexed [chunk][split]."""
     step = int(min(1 << 20, max(job.read_rows, GATHER_CHUNK_BYTES // bytes_per_row(job, source))))

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep import plan
-from prep.materialize.job import Job, dataset
+from prep.materialize.resolved import ResolvedTable, dataset
 from prep.materialize.rows import read_range
 from prep.plan.spec import PlanSpec
 from prep.materialize.take import byte_view, from_byte_view
@@ -112,14 +112,14 @@ def _single_chunks(table: pa.Table) -> Iterator[pa.Table]:
             yield pa.Table.from_batches([batch])
 
 
-def hold_splits(job: Job, splits: range, hash_keys: np.ndarray | None, chunk_rows: int) -> Held:
+def hold_splits(job: ResolvedTable, splits: range, hash_keys: np.ndarray | None, chunk_rows: int) -> Held:
     """Reads the selected rows in order, ``chunk_rows`` at a time, keeping those of ``splits``.
 
     One sequential pass over the selected rows, whatever the strategy: the rows
     of every split in ``splits`` end up in memory, in position order.
 
     Args:
-        job (Job): the run.
+        job (ResolvedTable): the run.
         splits (range): the splits whose rows to keep (all of them: no filtering).
         hash_keys (np.ndarray | None): one key per selected row (``hash`` strategy), else None.
         chunk_rows (int): rows per sequential read.

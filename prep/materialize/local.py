@@ -17,7 +17,7 @@ import os
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
-from prep.materialize.job import Call, run_task
+from prep.materialize.resolved import Call, run_task
 
 __all__ = ["HOLD_BYTES", "LocalExecutor"]
 

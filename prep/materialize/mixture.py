@@ -37,7 +37,7 @@ from prep.errors import PrepError
 from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import Epoch, Manifest, MixtureTable, Source
 from prep.materialize.held import Held
-from prep.materialize.job import Call, TaskExecutor
+from prep.materialize.resolved import Call, TaskExecutor
 from prep.materialize.mixture_sources import (SOURCE_COLUMN, OpenSource, check_repeats, epoch_rows_for, open_sources,
                                               output_schema, plan_sources, row_tokens)
 from prep.materialize.options import DEFAULT_LANCE_FORMAT, READ_ROWS, RunOptions
@@ -46,7 +46,7 @@ from prep.materialize.write import write_split_dataset
 from prep.plan import mixture as mixplan
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
 
-__all__ = ["materialize_mixture", "MixtureRun", "MixtureJob", "epoch_plan", "check_plannable", "PLAN_BYTES_PER_ROW"]
+__all__ = ["materialize_mixture", "MixtureRun", "ResolvedMixture", "epoch_plan", "check_plannable", "PLAN_BYTES_PER_ROW"]
 
 log = logging.getLogger("prep.materialize")
 
@@ -57,7 +57,7 @@ PLAN_BYTES_PER_ROW = 64
 
 
 @dataclass(frozen=True, kw_only=True)
-class MixtureJob:
+class ResolvedMixture:
     """What every mixture task shares, by value (the sources pickle as URIs, versions and row addresses)."""
 
     output: str
@@ -126,7 +126,7 @@ class MixtureRun:
         self.plan = plan
         self._sequences: dict[int, mixplan.EpochSequence] = {}
 
-    def resolve(self, output: str, options: RunOptions, s3: storage.S3Options) -> MixtureJob:
+    def resolve(self, output: str, options: RunOptions, s3: storage.S3Options) -> ResolvedMixture:
         """Opens and checks the tables, pins the plan (versions, epoch size)."""
         plan = self.plan
         if plan.mixture.epoch_rows is not None:
@@ -137,11 +137,11 @@ class MixtureRun:
         check_plannable(epoch_rows, "mixture")
         plan = replace(plan, mixture=replace(plan.mixture, sources=tuple(s.spec for s in sources), epoch_rows=epoch_rows))
         first = sources[0].spec
-        return MixtureJob(output=output, fingerprint=plan.fingerprint(first.table, first.version), plan=plan,
+        return ResolvedMixture(output=output, fingerprint=plan.fingerprint(first.table, first.version), plan=plan,
                           sources=sources, schema=schema, s3=s3, read_rows=options.read_rows,
                           lance_format=options.lance_format)
 
-    def prepare(self, job: MixtureJob, epochs: range) -> MixtureJob:
+    def prepare(self, job: ResolvedMixture, epochs: range) -> ResolvedMixture:
         """Plans every epoch of the run, and refuses one that repeats a source more than its
         ``max_repeats`` (even an epoch already written: a rerun refuses what the first run would)."""
         for e in epochs:
@@ -150,7 +150,7 @@ class MixtureRun:
             self._sequences[e] = seq
         return job
 
-    def write(self, job: MixtureJob, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
+    def write(self, job: ResolvedMixture, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
               on_done: Callable[[], None]) -> list[DoneRecord]:
         """The (epoch, split) pairs in ``todo``, from rows held in memory when the executor can hold them all."""
         mix, p = job.plan.mixture, job.plan
@@ -163,7 +163,7 @@ class MixtureRun:
             calls.append(Call(f"epoch {e} split {s}", _write_split, (shared, e, s, seq.source[at], seq.row[at], held)))
         return executor.run(calls, on_done)
 
-    def manifest(self, job: MixtureJob, epochs: tuple[Epoch, ...]) -> Manifest:
+    def manifest(self, job: ResolvedMixture, epochs: tuple[Epoch, ...]) -> Manifest:
         first = job.sources[0]
         return Manifest(
             prep_version=prep_version, fingerprint=job.fingerprint,
@@ -200,7 +200,7 @@ def _load(path: str | Path, splits: int) -> PlanSpec:
     return load_mixture(path, splits)
 
 
-def _held_bytes(job: MixtureJob) -> int:
+def _held_bytes(job: ResolvedMixture) -> int:
     """Arrow bytes of all selected rows of all sources, from their first rows (it only decides holding or not)."""
     total = 0
     for s in job.sources:
@@ -209,7 +209,7 @@ def _held_bytes(job: MixtureJob) -> int:
     return total
 
 
-def _hold(job: MixtureJob) -> tuple[Held, np.ndarray]:
+def _hold(job: ResolvedMixture) -> tuple[Held, np.ndarray]:
     """All selected rows of every source, one scan each, source after source (with their ``source`` column);
     and where each source starts."""
     parts = []
@@ -221,7 +221,7 @@ def _hold(job: MixtureJob) -> tuple[Held, np.ndarray]:
     return Held(parts, np.arange(sum(t.num_rows for t in parts))), starts  # held as read: no concatenated copy
 
 
-def _taken(job: MixtureJob, src: np.ndarray, row: np.ndarray) -> pa.Table:
+def _taken(job: ResolvedMixture, src: np.ndarray, row: np.ndarray) -> pa.Table:
     """Positions ``(src[i], row[i])`` taken from the tables, in order."""
     parts, where = [], []
     for s in job.sources:
@@ -234,7 +234,7 @@ def _taken(job: MixtureJob, src: np.ndarray, row: np.ndarray) -> pa.Table:
     return pa.concat_tables(parts).combine_chunks().take(pa.array(np.argsort(np.concatenate(where), kind="stable")))
 
 
-def _split_batches(job: MixtureJob, src: np.ndarray, row: np.ndarray,
+def _split_batches(job: ResolvedMixture, src: np.ndarray, row: np.ndarray,
                    held: tuple[Held, np.ndarray] | None) -> Iterator[pa.RecordBatch]:
     if held is not None:
         rows, starts = held
@@ -244,7 +244,7 @@ def _split_batches(job: MixtureJob, src: np.ndarray, row: np.ndarray,
         yield from _taken(job, src[i:i + job.read_rows], row[i:i + job.read_rows]).to_batches(max_chunksize=job.read_rows)
 
 
-def _write_split(job: MixtureJob, epoch: int, split: int, src: np.ndarray, row: np.ndarray,
+def _write_split(job: ResolvedMixture, epoch: int, split: int, src: np.ndarray, row: np.ndarray,
                  held: tuple[Held, np.ndarray] | None) -> DoneRecord:
     """One (epoch, split): its rows in read order, written with the rows and tokens each source gave it."""
     n = len(job.sources)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import ray
 
 from prep.errors import PrepError, one_line
-from prep.materialize.job import Call, run_task
+from prep.materialize.resolved import Call, run_task
 from prep.runtime.ray_cluster import init_ray
 
 __all__ = ["RayExecutor"]

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from prep.io import lance_tables
 from prep.errors import PrepError
-from prep.materialize.job import Job, dataset
+from prep.materialize.resolved import ResolvedTable, dataset
 from prep.plan import hash as plan_hash
 
 __all__ = ["read_rows", "read_range", "bytes_per_row", "selected_ids", "hash_keys_for", "write_selection", "selection_fingerprint"]
@@ -34,32 +34,32 @@ def _take(ds: Any, positions: np.ndarray, columns: list[str], selection: Any = N
     return ds._take_rows(addresses.combine_chunks(), columns=columns)
 
 
-def read_rows(job: Job, source: Any, positions: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
+def read_rows(job: ResolvedTable, source: Any, positions: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
     """Rows at ``positions`` of the selected row set, in the given order."""
     selection = dataset(job, job.selection) if job.selection else None
     return _take(source, positions, list(columns or job.columns), selection)
 
 
-def read_range(job: Job, source: Any, start: int, stop: int) -> pa.Table:
+def read_range(job: ResolvedTable, source: Any, start: int, stop: int) -> pa.Table:
     """Selected rows ``[start, stop)`` in order: one scan of the table, or a take through the filter sidecar."""
     if job.selection is None:
         return source.scanner(columns=list(job.columns), offset=start, limit=stop - start, batch_size=stop - start).to_table()
     return read_rows(job, source, np.arange(start, stop))
 
 
-def bytes_per_row(job: Job, source: Any) -> int:
+def bytes_per_row(job: ResolvedTable, source: Any) -> int:
     """Arrow bytes of an average output row, from the first 1,000 rows (sizes the passes that read ranges)."""
     sample = source.take(np.arange(min(1000, source.count_rows())), columns=list(job.columns))
     return max(1, sample.nbytes // max(1, sample.num_rows))
 
 
-def selected_ids(job: Job, source: Any) -> np.ndarray:
+def selected_ids(job: ResolvedTable, source: Any) -> np.ndarray:
     """The ``id`` column of the selected rows, in selection order (for verify)."""
     filt = job.plan.filter
     return source.to_table(columns=["id"], filter=filt).column("id").to_numpy()
 
 
-def hash_keys_for(job: Job, source: Any) -> np.ndarray:
+def hash_keys_for(job: ResolvedTable, source: Any) -> np.ndarray:
     """One uint64 key per selected row from ``hash_columns`` (8 bytes a row, read in one pass)."""
     cols = list(job.plan.hash_columns or [])
     parts = [
@@ -82,7 +82,7 @@ def selection_fingerprint(selection: Any) -> str | None:
     return json.loads(raw).get("fingerprint") if raw else None
 
 
-def write_selection(job: Job, source: Any, uri: str) -> int:
+def write_selection(job: ResolvedTable, source: Any, uri: str) -> int:
     """Writes the row addresses of rows matching the filter to ``uri``; returns their count."""
     filt = job.plan.filter
     try:

@@ -31,20 +31,20 @@ from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import MANIFEST, Epoch, Manifest, SplitFile, read_manifest, write_manifest
 from prep.contracts.materialized import JOB_FILE, JOB_NAME, WORK, owned_entries
 from prep.materialize.faults import kill_point
-from prep.materialize.job import TaskExecutor
+from prep.materialize.resolved import TaskExecutor
 from prep.materialize.options import RunOptions
 from prep.materialize.rerun import sound_done_records
 from prep.plan.spec import PlanSpec
 from prep.runtime.progress import Bar
 from prep.runtime.ray_cluster import use_ray
 
-__all__ = ["Run", "RunJob", "materialize", "existing_output", "claim", "executor_for"]
+__all__ = ["Run", "ResolvedRun", "materialize", "existing_output", "claim", "executor_for"]
 
 log = logging.getLogger("prep.materialize")  # the package's name, as printed in `prep -v` logs
 
 
-class RunJob(Protocol):
-    """What the run path needs of a run's job (:class:`prep.materialize.job.Job`, :class:`prep.materialize.mixture.MixtureJob`)."""
+class ResolvedRun(Protocol):
+    """What the run path needs of a run's job (:class:`prep.materialize.resolved.ResolvedTable`, :class:`prep.materialize.mixture.ResolvedMixture`)."""
 
     output: str
     fingerprint: str
@@ -62,17 +62,17 @@ class Run(Protocol):
 
     name: str  # in the log: "plan" or "mixture"
 
-    def resolve(self, output: str, options: RunOptions, s3: storage.S3Options) -> RunJob:
+    def resolve(self, output: str, options: RunOptions, s3: storage.S3Options) -> ResolvedRun:
         """Opens and pins the sources, fixes the plan and its fingerprint; reads, never writes."""
 
-    def prepare(self, job: RunJob, epochs: range) -> RunJob:
+    def prepare(self, job: ResolvedRun, epochs: range) -> ResolvedRun:
         """After the claim: writes what the tasks read (the filter sidecar); checks every epoch of the run."""
 
-    def write(self, job: RunJob, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
+    def write(self, job: ResolvedRun, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
               on_done: Callable[[], None]) -> list[DoneRecord]:
         """Writes the (epoch, split) pairs in ``todo`` with ``executor``; returns their done records."""
 
-    def manifest(self, job: RunJob, epochs: tuple[Epoch, ...]) -> Manifest:
+    def manifest(self, job: ResolvedRun, epochs: tuple[Epoch, ...]) -> Manifest:
         """The manifest holding ``epochs``."""
 
 
@@ -128,7 +128,7 @@ def executor_for(options: RunOptions, on_ray: bool) -> TaskExecutor:
     return LocalExecutor(options.num_cpus)
 
 
-def _epochs(job: RunJob, epochs: range, done: Mapping[tuple[int, int], DoneRecord]) -> tuple[Epoch, ...]:
+def _epochs(job: ResolvedRun, epochs: range, done: Mapping[tuple[int, int], DoneRecord]) -> tuple[Epoch, ...]:
     """This run's epochs, from their done records, plus those an earlier run of the same plan wrote."""
     out: dict[int, Epoch] = {}
     if storage.exists(storage.join(job.output, MANIFEST), job.s3):
@@ -174,7 +174,7 @@ def existing_output(output: str, s3: storage.S3Options) -> dict | None:
     )
 
 
-def claim(job: RunJob, old: dict | None, *, overwrite: bool) -> None:
+def claim(job: ResolvedRun, old: dict | None, *, overwrite: bool) -> None:
     """Makes ``job.output`` this run's: the same plan is resumed; a different one is refused
     unless ``overwrite``, which removes only prep's files; then the job marker is written."""
     if old is not None and old.get("fingerprint") != job.fingerprint:
@@ -188,7 +188,7 @@ def claim(job: RunJob, old: dict | None, *, overwrite: bool) -> None:
     kill_point("marker")
 
 
-def _differences(old: dict, job: RunJob) -> str:
+def _differences(old: dict, job: ResolvedRun) -> str:
     """What changed between the plan at the output and this run's, for the refusal."""
     old_src = old.get("source") if isinstance(old.get("source"), dict) else {}
     why = []

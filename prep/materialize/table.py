@@ -31,7 +31,7 @@ from prep.io import lance_tables, storage
 from prep.materialize.faults import kill_point
 from prep.materialize.gather import gather_pieces, write_gathered
 from prep.materialize.held import hold_splits, reads_scattered
-from prep.materialize.job import Call, Job, TaskExecutor, dataset, run_task
+from prep.materialize.resolved import Call, ResolvedTable, TaskExecutor, dataset, run_task
 from prep.materialize.options import RunOptions
 from prep.materialize.run import materialize
 from prep.materialize.rows import bytes_per_row, hash_keys_for, selection_fingerprint, write_selection
@@ -71,7 +71,7 @@ class TableRun:
         self.table, self.plan = table, plan
         self.source: Any = None  # the open table, once resolved
 
-    def resolve(self, output: str, options: RunOptions, s3: storage.S3Options) -> Job:
+    def resolve(self, output: str, options: RunOptions, s3: storage.S3Options) -> ResolvedTable:
         """Opens the table at its newest version and checks the plan's columns against it."""
         spec = self.plan
         uri = self.table if storage.is_remote(self.table) else os.path.abspath(self.table)
@@ -88,11 +88,11 @@ class TableRun:
             raise PrepError(f"--columns {unknown} are not in {uri}; it has {names}")
         if spec.strategy == "hash" and any(c not in names for c in spec.hash_columns):
             raise PrepError(f"--hash-columns {list(spec.hash_columns)} must name columns of {uri}; it has {names}")
-        return Job(source=uri, version=version, columns=tuple(columns), plan=spec, num_selected=total, output=output,
+        return ResolvedTable(source=uri, version=version, columns=tuple(columns), plan=spec, num_selected=total, output=output,
                    fingerprint=spec.fingerprint(uri, version), s3=s3, read_rows=options.read_rows,
                    lance_format=options.lance_format, run_id=uuid.uuid4().hex)
 
-    def prepare(self, job: Job, epochs: range) -> Job:
+    def prepare(self, job: ResolvedTable, epochs: range) -> ResolvedTable:
         """With a filter: the selection sidecar (kept from an interrupted run of the same plan) and its row count."""
         filt = job.plan.filter
         if filt:
@@ -111,7 +111,7 @@ class TableRun:
             log.warning("only %d selected rows for %d splits: some splits will be empty", job.num_selected, job.plan.num_splits)
         return job
 
-    def write(self, job: Job, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
+    def write(self, job: ResolvedTable, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
               on_done: Callable[[], None]) -> list[DoneRecord]:
         """Writes the (epoch, split) pairs in ``todo`` (module docstring: where their rows come from)."""
         keys = hash_keys_for(job, self.source) if job.plan.strategy == "hash" else None
@@ -141,7 +141,7 @@ class TableRun:
             del held
         return records
 
-    def manifest(self, job: Job, epochs: tuple[Epoch, ...]) -> Manifest:
+    def manifest(self, job: ResolvedTable, epochs: tuple[Epoch, ...]) -> Manifest:
         return Manifest(
             prep_version=prep_version, fingerprint=job.fingerprint,
             source=Source(uri=job.source, version=job.version, num_rows=self.source.count_rows(),

@@ -29,7 +29,7 @@ from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError, one_line
 from prep.contracts.manifest import read_manifest, vocab_size
-from prep.materialize.job import job_for_manifest
+from prep.materialize.resolved import resolved_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
 from prep.materialize.report import Report, first_difference
@@ -85,7 +85,7 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
     expected = p.fingerprint(src.uri, src.version)
     if expected != manifest.fingerprint:
         report.problems.append(f"manifest fingerprint {manifest.fingerprint} != recomputed {expected}: the manifest was edited")
-    job = job_for_manifest(manifest, path, s3)
+    job = resolved_for_manifest(manifest, path, s3)
     keys = hash_keys_for(job, source) if p.strategy == "hash" else None
     has_ids = check_ids and "id" in manifest.columns
     if not has_ids:

@@ -26,7 +26,7 @@ from prep.io import lance_tables
 from prep.io import storage
 from prep.materialize.faults import kill_point
 from prep.materialize.held import Held
-from prep.materialize.job import Job, dataset
+from prep.materialize.resolved import ResolvedTable, dataset
 from prep.io.checksum import Checksum
 from prep.contracts.done import DoneRecord, write_done
 from prep.contracts.manifest import split_path
@@ -35,7 +35,7 @@ from prep.materialize.rows import read_rows
 __all__ = ["SplitOutput", "write_split", "write_split_dataset", "split_files"]
 
 
-def _split_batches(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None) -> Iterator[pa.RecordBatch]:
+def _split_batches(job: ResolvedTable, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None) -> Iterator[pa.RecordBatch]:
     """The split's rows in this epoch's read order, a few read batches at a time."""
     kw = dict(split=split, epoch=epoch, hash_keys=hash_keys, **job.split_kwargs())
     if held is not None:  # the split's rows are in memory: take them into this epoch's order
@@ -46,11 +46,11 @@ def _split_batches(job: Job, epoch: int, split: int, hash_keys: np.ndarray | Non
         yield from read_rows(job, source, chunk).to_batches(max_chunksize=job.read_rows)
 
 
-def write_split(job: Job, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None = None) -> DoneRecord:
+def write_split(job: ResolvedTable, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None = None) -> DoneRecord:
     """One (epoch, split) of a single table: write its dataset, then its done record. Idempotent.
 
     Args:
-        job (Job): the run.
+        job (ResolvedTable): the run.
         epoch (int): the epoch.
         split (int): the split.
         hash_keys (np.ndarray | None): one key per selected row (``hash`` strategy), else None.

@@ -43,7 +43,7 @@ from prep.contracts.ownership import Lease, claim_outputs, hold
 from prep.prepare.rejects import REJECTS_SCHEMA, check_budget
 from prep.runtime.ray_cluster import use_ray
 
-__all__ = ["JobPlan", "PrepareJob", "run_prepare", "executor_for", "where_it_ran", "check_apart", "rejects_without_table",
+__all__ = ["ChunkPlan", "PrepareJob", "run_prepare", "executor_for", "where_it_ran", "check_apart", "rejects_without_table",
            "commit_and_reconcile"]
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ REQUIRED_COUNTS = ("rows_read", "rows_accepted", "rows_rejected", "rows_written"
 
 
 @dataclass
-class JobPlan:
+class ChunkPlan:
     """What a job decided on the driver before any output is touched.
 
     Args:
@@ -74,19 +74,19 @@ class PrepareJob(Protocol):
     @property
     def cfg(self) -> JobConfig: ...
 
-    def plan(self, s3: storage.S3Options) -> JobPlan:
+    def plan(self, s3: storage.S3Options) -> ChunkPlan:
         """Lists and checks the inputs and cuts chunks; raises PrepError on bad input. Writes nothing."""
 
-    def worker(self, plan: JobPlan, s3: storage.S3Options) -> ChunkWorker:
+    def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> ChunkWorker:
         """The picklable callable a Ray task runs on one chunk."""
 
     def schema(self) -> pa.Schema:
         """The table's Arrow schema."""
 
-    def metadata(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def metadata(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
         """The job's own metadata keys (kind, tokenizer, image shape...), merged into the common ones."""
 
-    def summary(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def summary(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
         """The job's own summary keys (tokens, formats...), merged into the common ones."""
 
 

@@ -1,6 +1,6 @@
 """Which layout a reader path is: one class per mode, chosen here and nowhere else.
 
-* a materialized output (``prep materialize-shuffle``): :class:`~prep.reader.manifest.Materialized`;
+* a materialized output (``prep materialize-shuffle``): :class:`~prep.reader.materialized.Materialized`;
 * a prepared table: :class:`~prep.reader.planned.Planned`, read through ``plan=`` or, without one,
   the default plan (:class:`~prep.plan.spec.PlanSpec`'s defaults: 48 splits, random, seed 0).
 """
@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from prep.contracts.manifest import MANIFEST
 from prep.io import storage
 from prep.plan.spec import PlanSpec
-from prep.reader.manifest import Materialized
+from prep.reader.materialized import Materialized
 from prep.reader.stage import Layout
 
 __all__ = ["open_layout"]

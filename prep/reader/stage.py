@@ -4,7 +4,7 @@ A *stage* (:class:`Stage`) turns the items of the stage before it into its own a
 can say, at any moment, what its consumer has taken (``get_state``); resetting a new
 stage to that state continues exactly (``tests/common/roundtrip.py`` checks every
 stage). A *layout* (:class:`Layout`) is what is read: a materialized output
-(:class:`prep.reader.manifest.Materialized`) or a prepared table through an on-the-fly
+(:class:`prep.reader.materialized.Materialized`) or a prepared table through an on-the-fly
 plan (:class:`prep.reader.planned.Planned`).
 """
 

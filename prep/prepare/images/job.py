@@ -17,7 +17,7 @@ import pyarrow as pa
 import torchvision
 
 from prep.io import storage
-from prep.prepare.driver import JobPlan, run_prepare, where_it_ran
+from prep.prepare.driver import ChunkPlan, run_prepare, where_it_ran
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan
 from prep.prepare.images.worker import ImageChunkWorker, table_schema
@@ -41,17 +41,17 @@ class ImagesJob:
     cfg: ImagesConfig
     name: str = "decode-images"
 
-    def plan(self, s3: storage.S3Options) -> JobPlan:
+    def plan(self, s3: storage.S3Options) -> ChunkPlan:
         planned = plan(self.cfg, s3)
-        return JobPlan(planned.chunks, planned.sources, {"labels": planned.labels, "source_kind": planned.kind})
+        return ChunkPlan(planned.chunks, planned.sources, {"labels": planned.labels, "source_kind": planned.kind})
 
-    def worker(self, plan: JobPlan, s3: storage.S3Options) -> ImageChunkWorker:
+    def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> ImageChunkWorker:
         return ImageChunkWorker(self.cfg, plan.details["labels"], s3)
 
     def schema(self) -> pa.Schema:
         return table_schema(self.cfg)
 
-    def metadata(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def metadata(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
         cfg = self.cfg
         h, w, c = cfg.shape
         return {
@@ -64,7 +64,7 @@ class ImagesJob:
             "counts": split_counts(counts)[0],
         }
 
-    def summary(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def summary(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
         plain, formats = split_counts(counts)
         return {"source_kind": plan.details["source_kind"], "shape": list(self.cfg.shape),
                 "labels": list(plan.details["labels"].names or []), "decoded_with_pil": plain.get("decoded_with_pil", 0),

@@ -23,7 +23,7 @@ from prep.io import storage
 from prep.runtime.config import ConfigModel, JobConfig
 from prep.prepare import faults
 from prep.prepare.text.formats import RowError, Segments, SFTFormatter, TextFormatter
-from prep.prepare.driver import JobPlan, run_prepare, where_it_ran
+from prep.prepare.driver import ChunkPlan, run_prepare, where_it_ran
 from prep.prepare.ids import stable_ids
 from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.chunk_runner import ChunkOutput
@@ -275,26 +275,26 @@ class TextJob:
     cfg: PretokenizeConfig
     name: str = "pretokenize"
 
-    def plan(self, s3: storage.S3Options) -> JobPlan:
+    def plan(self, s3: storage.S3Options) -> ChunkPlan:
         cfg = self.cfg
         sources = list_sources(cfg.inputs, cfg.input_format, s3)
         tokenizer = resolve_tokenizer(cfg.tokenizer)  # here: a bad tokenizer fails before Ray starts
         if cfg.format == "sft" and cfg.sft.prompt_template is None:
             SFTFormatter(tokenizer)  # fails now if there is no chat template
         chunks = plan_chunks(sources, cfg.chunk_bytes, cfg.text_unit, s3)
-        return JobPlan(chunks, [s.describe() for s in sources], {"tokenizer": tokenizer})
+        return ChunkPlan(chunks, [s.describe() for s in sources], {"tokenizer": tokenizer})
 
-    def worker(self, plan: JobPlan, s3: storage.S3Options) -> TextChunkWorker:
+    def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> TextChunkWorker:
         return TextChunkWorker(self.cfg, plan.details["tokenizer"], s3)
 
     def schema(self) -> pa.Schema:
         return table_schema(self.cfg)
 
-    def metadata(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def metadata(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
         cfg = self.cfg
         return {"kind": cfg.kind, "tokenizer": plan.details["tokenizer"].identity(), "seq_len": cfg.pack.seq_len if cfg.pack else None}
 
-    def summary(self, plan: JobPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def summary(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
         keys = ("tokens", "tokens_trained") + (("pad_tokens",) if self.cfg.pack else ())
         return {k: counts.get(k, 0) for k in keys}
 

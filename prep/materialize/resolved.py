@@ -1,6 +1,6 @@
-"""What every materialize task shares: the :class:`Job`, a per-worker dataset cache, the calls executors run.
+"""A resolved materialize run and what every task shares: the :class:`ResolvedTable`, a per-worker dataset cache, the calls executors run.
 
-Tasks get a :class:`Job` by value (URIs and versions, never handles) and open
+Tasks get a :class:`ResolvedTable` by value (URIs and versions, never handles) and open
 datasets lazily in the worker, cached per run. Executors
 (:mod:`prep.materialize.local`, :mod:`prep.materialize.on_ray`) run :class:`Call` s:
 a function, its arguments and where it is in the run, for the error message.
@@ -20,11 +20,11 @@ from prep.contracts.manifest import Manifest
 from prep.materialize.options import DEFAULT_LANCE_FORMAT, READ_ROWS
 from prep.plan.spec import PlanSpec
 
-__all__ = ["Job", "Call", "TaskExecutor", "job_for_manifest", "dataset", "run_task"]
+__all__ = ["ResolvedTable", "Call", "TaskExecutor", "resolved_for_manifest", "dataset", "run_task"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Job:
+class ResolvedTable:
     """Everything a single-table task needs, passed by value (URIs and versions, never handles).
 
     Args:
@@ -84,9 +84,9 @@ class TaskExecutor(Protocol):
         """The calls' results in order; the first failure is raised as one line naming its ``where``."""
 
 
-def job_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None = None) -> Job:
-    """A :class:`Job` describing the run that wrote ``manifest`` (no filter sidecar)."""
-    return Job(
+def resolved_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None = None) -> ResolvedTable:
+    """A :class:`ResolvedTable` describing the run that wrote ``manifest`` (no filter sidecar)."""
+    return ResolvedTable(
         source=manifest.source.uri, version=manifest.source.version, columns=manifest.columns, plan=manifest.plan,
         num_selected=manifest.num_selected_rows, output=path, fingerprint=manifest.fingerprint,
         s3=(s3 or storage.S3Options()).resolved(),
@@ -98,7 +98,7 @@ def _open(uri: str, version: int | None, options: tuple[tuple[str, str], ...] | 
     return lance_tables.open_table(uri, version=version, storage_options=dict(options) if options else None)
 
 
-def dataset(job: Job, uri: str, version: int | None = None):
+def dataset(job: ResolvedTable, uri: str, version: int | None = None):
     """An open dataset, cached per worker: a pinned version is immutable; anything else only within this run."""
     opts = job.lance_options(uri)
     return _open(uri, version, tuple(sorted(opts.items())) if opts else None, "" if version is not None else job.run_id)
