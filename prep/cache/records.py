@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from prep.contracts.done import DONE_SUFFIX
 from prep.contracts.manifest import MANIFEST, SplitFile, split_path
 from prep.io.transfer import remove_tree
 
@@ -30,7 +31,7 @@ __all__ = ["Key", "CopyRecord", "CacheLayout", "crc32"]
 
 Key = tuple[int, int]  # (epoch, split)
 RECORD = ".copy.json"
-_LEGACY_RECORD = ".done.json"  # caches written before the copy record had its own name
+_LEGACY_RECORD = DONE_SUFFIX  # caches written before the copy record had its own name used the done record's
 _RECORD_PATH = re.compile(r"epoch-(\d{5})/split-(\d{5})\.copy\.json$")
 _EPOCH_DIR = re.compile(r"^epoch-\d{5}$")
 _SPLIT_ENTRY = re.compile(r"^split-\d{5}(\.lance|\.copy\.json|\.done\.json)(\.tmp-[0-9a-f]+)?$")
