@@ -284,9 +284,11 @@ STAGES = ("decode", "resize", "encode")
 
 
 @pytest.mark.parametrize("executor", ["local", "ray"])
-def test_any_builtin_exception_at_any_image_stage_rejects_that_image_alone(executor, ray_local, tmp_path, monkeypatch):
+def test_any_builtin_exception_at_any_image_stage_rejects_that_image_alone(executor, request, tmp_path, monkeypatch):
     """Each built-in exception type, raised at each stage for one named image: the job completes, that image
     is rejected with the stage, the type and the message, and every other image is written."""
+    if executor == "ray":
+        request.getfixturevalue("ray_local")
     root = tmp_path / "tree"
     (root / "x").mkdir(parents=True)
     faulty = {f"{stage}-{exc.__name__}.png": (stage, exc.__name__) for stage, exc in itertools.product(STAGES, BUILTIN_ERRORS)}
