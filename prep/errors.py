@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["PrepError", "TooManyRejects", "one_line"]
+__all__ = ["PrepError", "TooManyRejects", "one_line", "described"]
 
 # Lance (Rust) appends where in its own build an error was raised: ", /home/runner/.../local.rs:273:40"
 _RUST_SOURCE = re.compile(r",?\s*\(?[^\s,()]*\.rs:\d+(?::\d+)?\)?")
@@ -39,3 +39,13 @@ def one_line(error: BaseException | str, limit: int = 400) -> str:
     if not first and isinstance(error, BaseException):
         first = type(error).__name__
     return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def described(error: BaseException) -> str:
+    """``Type: message`` in one line (``Type`` alone when there is no message): how a reject names an exception.
+
+    >>> described(KeyError("width")), described(TypeError())
+    ("KeyError: 'width'", 'TypeError')
+    """
+    message = one_line(str(error))
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

@@ -18,8 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import lance
@@ -33,12 +31,12 @@ from prep.io import lance_tables
 from prep.runtime.config import load_config
 from prep.errors import PrepError
 from prep.prepare.images.config import ImagesConfig
-from prep.prepare.chunk_runner import ChunkOutput, run_chunks
+from prep.prepare.chunk_runner import run_chunks
 from prep.prepare.faults import ENV as RAISE_ENV
 from prep.prepare.images.job import run_decode_images
 from prep.prepare.isolation import FAULTS_ENV, stop_sandboxes
-from prep.prepare.rejects import Reject
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+from dying_worker import DiesOnce
 from test_images import encode, noise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,34 +94,6 @@ def test_a_worker_that_segfaults_on_one_item_does_not_hang_the_job(tmp_path):
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     assert [c["rows_written"] for c in counts] == [2, 2, 1]
     assert [c["rows_rejected"] for c in counts] == [0, 1, 0]
-
-
-@dataclass(frozen=True)
-class DiesOnce:
-    """Kills its own process the first time it reaches ``at`` (an item, or None: after the last
-    item), as a signal sent to the whole process would: a death the item does not cause."""
-
-    at: str | None
-    marker: str
-
-    def __call__(self, chunk, progress):
-        rows, rejects = [], []
-        for item, poison in progress.items(chunk):
-            if poison is not None:
-                rejects.append(Reject("mem://items", f"item {item}", poison))
-                continue
-            if item == self.at:
-                self._die_once()
-            rows.append(item)
-        if self.at is None:
-            self._die_once()
-        counts = Counter(rows_read=len(chunk), rows_accepted=len(rows), rows_written=len(rows), rows_rejected=len(rejects))
-        return ChunkOutput(pa.table({"item": pa.array(rows, pa.string())}), rejects, counts)
-
-    def _die_once(self) -> None:
-        if not os.path.exists(self.marker):
-            Path(self.marker).touch()
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 @pytest.mark.parametrize("at", ["c", None], ids=["while-an-item-is-in-hand", "outside-any-item"])
@@ -283,10 +253,13 @@ BUILTIN_ERRORS = sorted({c for c in vars(builtins).values() if isinstance(c, typ
 STAGES = ("decode", "resize", "encode")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["local", "ray"])
-def test_any_builtin_exception_at_any_image_stage_rejects_that_image_alone(executor, ray_local, tmp_path, monkeypatch):
+def test_any_builtin_exception_at_any_image_stage_rejects_that_image_alone(executor, request, tmp_path, monkeypatch):
     """Each built-in exception type, raised at each stage for one named image: the job completes, that image
     is rejected with the stage, the type and the message, and every other image is written."""
+    if executor == "ray":
+        request.getfixturevalue("ray_local")
     root = tmp_path / "tree"
     (root / "x").mkdir(parents=True)
     faulty = {f"{stage}-{exc.__name__}.png": (stage, exc.__name__) for stage, exc in itertools.product(STAGES, BUILTIN_ERRORS)}

@@ -30,7 +30,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms.v2 import functional as F
 
-from prep.errors import one_line
+from prep.errors import described
 
 __all__ = ["ImageError", "Decoded", "decode", "TORCHVISION_FORMATS"]
 
@@ -189,8 +189,7 @@ def decode(data: bytes, channels: int = 3, max_pixels: int = 100_000_000) -> Dec
     except ImageError:
         raise
     except Exception as exc:  # a parser's own failure on this file (Pillow's TIFF frame count raises TypeError)
-        message = one_line(str(exc))
-        raise ImageError(f"cannot decode {_magic(data) or 'image'}: {type(exc).__name__}" + (f": {message}" if message else "")) from None
+        raise ImageError(f"cannot decode {_magic(data) or 'image'}: {described(exc)}") from None
 
 
 def _decode(data: bytes, channels: int, max_pixels: int) -> Decoded:

@@ -20,7 +20,7 @@ import pyarrow as pa
 import torch
 
 from prep.io import storage
-from prep.errors import one_line
+from prep.errors import described
 from prep.prepare.faults import maybe_raise
 from prep.prepare.ids import stable_ids
 from prep.prepare.images.config import ImagesConfig
@@ -160,8 +160,7 @@ class ImageChunkWorker:
         except (LabelError, ImageError) as exc:
             return str(exc)
         except Exception as exc:  # whatever a library raises for this one image costs this image alone
-            message = one_line(str(exc))
-            return f"{stage} failed: {type(exc).__name__}" + (f": {message}" if message else "")
+            return f"{stage} failed: {described(exc)}"
         return _Row(item, hwc, encoded, label, name, dec.format, dec.frames, dec.via_pil)
 
 
