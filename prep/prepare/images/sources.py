@@ -31,7 +31,7 @@ from prep.prepare.images.shards import TarChunk
 from prep.prepare.images.tables import ParquetChunk
 from prep.prepare.rejects import Reject
 
-__all__ = ["FileItem", "FilesChunk", "Plan", "plan", "read_chunk", "Sample", "TarChunk", "ParquetChunk"]
+__all__ = ["FileItem", "FilesChunk", "ImagePlan", "plan", "read_chunk", "Sample", "TarChunk", "ParquetChunk"]
 
 _MANIFEST_EXTS = (".csv", ".tsv", ".jsonl", ".ndjson", ".json")
 
@@ -59,7 +59,7 @@ class FilesChunk:
 
 
 @dataclass
-class Plan:
+class ImagePlan:
     """What the driver decided: the source kind, the chunks, the labels, the sources' identity."""
 
     kind: str
@@ -106,7 +106,7 @@ def _manifest(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | None)
     items, sources = [], []
     for f in listing.files:
         uri = f.uri
-        rows = tables.read_manifest(uri, cfg.path_column, cfg.label_column, s3)
+        rows = tables.read_label_file(uri, cfg.path_column, cfg.label_column, s3)
         base = cfg.image_root or posixpath.dirname(uri)
         for i, (path, label, problem) in enumerate(rows):
             if problem is not None:
@@ -144,7 +144,7 @@ def _labels(cfg: ImagesConfig, kind: str, raw: list[Any]) -> LabelMap:
     return LabelMap(None)
 
 
-def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> Plan:
+def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> ImagePlan:
     """Lists the inputs, picks the source kind, fixes the labels and cuts chunks.
 
     Raises:
@@ -170,7 +170,7 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> Plan:
                 items += found
                 sources += srcs
         labels = _labels(cfg, kind, [i.label for i in items if i.problem is None])
-        return Plan(kind, _file_chunks(items, cfg), labels, sources, len(items))
+        return ImagePlan(kind, _file_chunks(items, cfg), labels, sources, len(items))
     described = [f for listing in listings for f in listing.files]
     if kind == "webdataset":
         chunks = [TarChunk(f.uri, f.ids_from) for f in described]
@@ -184,7 +184,7 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> Plan:
             raw = [x for f in described for x in tables.parquet_labels(f.uri, cfg.label_column, s3)]
             labels = _labels(cfg, kind, raw)
     sources = [f.describe() for f in described]
-    return Plan(kind, chunks, labels, sources, len(described))
+    return ImagePlan(kind, chunks, labels, sources, len(described))
 
 
 def _read_files(chunk: FilesChunk, s3: storage.S3Options | None) -> Iterator[Sample | Reject]:

@@ -28,7 +28,7 @@ from prep.prepare.rejects import Reject
 
 __all__ = [
     "ParquetChunk",
-    "read_manifest",
+    "read_label_file",
     "parquet_columns",
     "parquet_chunks",
     "parquet_label_names",
@@ -64,7 +64,7 @@ def _require(uri: str, names: list[str], column: str, key: str) -> None:
         raise PrepError(f"{uri}: no column '{column}' (have {names[:12]}); set {key} in the config")
 
 
-def read_manifest(uri: str, path_column: str, label_column: str | None, s3: storage.S3Options | None) -> list[tuple[Any, Any, str | None]]:
+def read_label_file(uri: str, path_column: str, label_column: str | None, s3: storage.S3Options | None) -> list[tuple[Any, Any, str | None]]:
     """``[(path, raw label, problem)]`` per manifest row, in file order.
 
     Raises:
