@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "pretokenize": "prep.prepare.api",
     "decode_images": "prep.prepare.api",
-    "materialize_shuffle": "prep.materialize.run",
+    "materialize_shuffle": "prep.materialize.table",
     "materialize_mixture": "prep.materialize.mixture",
     "ReaderDataset": "prep.reader.dataset",
     "Loader": "prep.reader.loader",
@@ -37,7 +37,7 @@ __all__ = ["__version__", *_LAZY]
 if TYPE_CHECKING:  # what type checkers and IDEs see (prep ships py.typed)
     from prep.errors import PrepError
     from prep.materialize.mixture import materialize_mixture
-    from prep.materialize.run import materialize_shuffle
+    from prep.materialize.table import materialize_shuffle
     from prep.prepare.api import decode_images, pretokenize
     from prep.reader.dataset import ReaderDataset
     from prep.reader.loader import Loader

@@ -125,7 +125,7 @@ def list_inputs(givens: list[str], s3: storage.S3Options | None = None, accept: 
         seen.update(f.uri for f in files)
         if files:
             listings.append(Listing(listing.given, listing.root, files, listing.is_dir))
-    common = _common_root(sorted({("s3://" if l.given.startswith("s3://") else "") + l.root for l in listings}))
+    common = _common_root(sorted({storage.with_scheme(l.given, l.root) for l in listings}))
     return [Listing(l.given, l.root, [replace(f, id_key=_below(f.uri, common)) for f in l.files], l.is_dir) for l in listings]
 
 
