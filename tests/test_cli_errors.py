@@ -178,7 +178,7 @@ def test_bad_flag_values_are_one_line_naming_the_flag(args, names):
 def test_library_errors_name_the_flag_the_user_typed(good, tmp_path):
     line = one_line_error(prep("prewarm", good, "--cache", str(tmp_path / "c"), "--world-size", "3"), 2, "--world-size 3")
     assert "world_size=" not in line
-    one_line_error(prep("read", good, "--global-batch-size", "6"), 2, "--global-batch-size 6")
+    one_line_error(prep("read", good, "--global-batch-size", "6", "--world-size", "4"), 2, "--world-size 4")
     one_line_error(prep("materialize-shuffle", "--table", str(tmp_path / "nope"), "--output", str(tmp_path / "o"),
                         "--epochs", "1"), 2, "--table", "nope")
 
