@@ -231,7 +231,8 @@ def _source_shares(path: str, manifest: Manifest, s3: storage.S3Options | None) 
     if len(shares) > _MAX_SOURCES:  # one source per row (image files), not the parts of a mixture
         return None
     total = max(1, sum(shares.values()))
-    return {k: v / total for k, v in shares.most_common()}
+    names = {i: f"{i}: {t.uri}" for i, t in enumerate(manifest.mixture or ())}  # a mixture's source column holds indices
+    return {str(names.get(k, k)): v / total for k, v in shares.most_common()}
 
 
 # --- words -----------------------------------------------------------------------------------------
