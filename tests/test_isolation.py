@@ -238,7 +238,8 @@ def _fuzzed_files(root: Path, seed: int = 8) -> list[Path]:
 @needs_photos
 def test_the_real_decoder_on_truncated_and_bit_flipped_files_writes_or_rejects_each_one(ray_local, tmp_path):
     files = _fuzzed_files(tmp_path / "tree")
-    s = run_decode_images(images_config(tmp_path / "tree", tmp_path / "out.lance", item_timeout_s=30, images_per_chunk=24))
+    s = run_decode_images(images_config(tmp_path / "tree", tmp_path / "out.lance", item_timeout_s=30, images_per_chunk=24,
+                                        max_reject_fraction=1.0))  # most damaged files are rejected, on purpose
     assert s["rows_read"] == len(files) == s["rows_written"] + s["rows_rejected"]
     written = lance.dataset(s["table"]).to_table(columns=["source"]).column("source").to_pylist()
     rejected = lance.dataset(s["rejects"]).to_table(columns=["source"]).column("source").to_pylist()
@@ -267,7 +268,8 @@ def test_any_builtin_exception_at_any_image_stage_rejects_that_image_alone(execu
     for i, name in enumerate(sorted([*faulty, *clean])):
         (root / "x" / name).write_bytes(encode(noise(12, 10, i), "PNG"))
     monkeypatch.setenv(RAISE_ENV, ";".join(f"{stage}:{exc}:/{name}" for name, (stage, exc) in faulty.items()))
-    cfg = images_config(root, tmp_path / "out.lance", size=8, encode="jpeg", images_per_chunk=64, executor=executor)
+    cfg = images_config(root, tmp_path / "out.lance", size=8, encode="jpeg", images_per_chunk=64, executor=executor,
+                        max_reject_fraction=1.0)  # all but the 5 clean files are rejected on purpose
     s = run_decode_images(cfg)
     rejected = {Path(r["source"]).name: r["reason"] for r in lance.dataset(s["rejects"]).to_table().to_pylist()}
     assert set(rejected) == set(faulty), set(rejected) ^ set(faulty)

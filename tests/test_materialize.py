@@ -114,7 +114,7 @@ def test_elastic_determinism_on_materialized_splits(synthetic, tmp_path):
     materialize_shuffle(table=synthetic, output=out, epochs=1, splits=48, seed=1)
     parts = epoch_ids(out, 0, 48)
     global_batch = 96
-    b = world.rows_per_split_step(global_batch, 48)
+    b = global_batch // 48  # 48 divides the global batch: every split gives b rows a step, as before
     steps = min(len(p) for p in parts) // b
     assert steps > 10
     reference = None
@@ -129,8 +129,8 @@ def test_elastic_determinism_on_materialized_splits(synthetic, tmp_path):
         assert per_step == reference
     with pytest.raises(PrepError, match="does not divide num_splits=48"):
         world.splits_for_rank(48, 0, 5)
-    with pytest.raises(PrepError, match="multiple of num_splits=48"):
-        world.rows_per_split_step(100, 48)
+    with pytest.raises(PrepError, match="does not divide global_batch_size=100"):
+        world.Share(100, 48, world_size=8)
 
 
 def test_filter_materializes_only_matching_rows_and_counts_them(gsm, tmp_path):
