@@ -180,6 +180,7 @@ def take_lease(uri: str, job: str, s3: storage.S3Options | None = None, *, stale
         PrepError: the storage cannot be written (naming it).
     """
     me = Holder.me(job)
+    storage.scheme(uri)  # an unknown scheme is the one error, before anything else is said about the output
     if uri.startswith("s3://"):
         slot: _Slot = _S3Slot(uri, (s3 or storage.S3Options()).resolved())
     elif storage.is_remote(uri):
