@@ -63,3 +63,17 @@ def test_pretokenize_from_flags_alone_equals_the_python_function(tmp_path, monke
     assert summary["rows_read"] == 3 and cli.num_rows > 3  # split at 8 tokens
     assert max(len(ids) for ids in cli["input_ids"].to_pylist()) == 8
     assert cli.equals(py)
+
+
+def test_relative_outputs_after_a_chdir_land_where_the_table_is(tmp_path, monkeypatch):
+    """A sandbox outlives the call that started it: relative outputs are resolved before workers see them
+    (a second job in another folder wrote its data files under the first folder and committed a table
+    whose files were missing)."""
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        (tmp_path / name / "in.txt").write_text(TEXT)
+        prep.pretokenize(input="in.txt", output="x.lance", tokenizer="builtin:mistral-v3", format="pretrain",
+                         executor="local")
+        assert lance.dataset(tmp_path / name / "x.lance").to_table().num_rows == 3
+    assert [len(list((tmp_path / n / "x.lance" / "data").iterdir())) for n in ("first", "second")] == [1, 1]

@@ -119,7 +119,8 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     ray_seconds = start_ray(cfg) if executor == "ray" else 0.0
     t_run = time.perf_counter()
     with Bar(len(plan.chunks), f"{job.name} {cfg.output.rstrip('/').rsplit('/', 1)[-1]}", unit="chunk") as bar:
-        results = run_chunks(plan.chunks, faults.Armed(job.worker(plan, s3), spec), output_uri=cfg.output, rejects_uri=cfg.rejects_uri,
+        results = run_chunks(plan.chunks, faults.Armed(job.worker(plan, s3), spec), output_uri=_absolute(cfg.output),
+                             rejects_uri=_absolute(cfg.rejects_uri),
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
                              on_result=_advance(bar, t_run), resources=cfg.ray.resources)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
@@ -172,6 +173,11 @@ def _advance(bar: Bar, t0: float) -> Callable[[ChunkResult], None]:
         bar.update(1, **shown)
 
     return on_result
+
+
+def _absolute(uri: str) -> str:
+    """``uri`` as workers must see it: a sandbox or Ray worker outlives this call's working directory."""
+    return uri if storage.is_remote(uri) else os.path.abspath(uri)
 
 
 def where_it_ran(summary: dict[str, Any]) -> str:
