@@ -17,7 +17,13 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
                         "flags set its keys, and override them when both are given")
     parser.add_argument("--input", help="a file, directory or glob, local or s3:// (relative paths: from the current directory)")
     parser.add_argument("--output", help="the output table path")
-    parser.add_argument("--overwrite", action="store_true", default=None, help="replace an existing output table")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--overwrite", action="store_true", default=None, help="replace an existing output table")
+    how.add_argument("--append", action="store_true", default=None,
+                     help="add the input files the output table does not hold yet, as one new table version "
+                     "(a file it holds that changed since is refused)")
+    how.add_argument("--update", action="store_true", default=None,
+                     help="as --append, and replace the rows of files that changed since (deleted and added in one commit)")
     parser.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else run on this machine without Ray)")
     parser.add_argument("--ray-resources", type=parse_resources,
                         help='custom Ray resources each task asks for, as JSON, e.g. \'{"cpu_pool": 1}\' (pins tasks to nodes offering them)')
@@ -38,5 +44,6 @@ def require_without_config(args: argparse.Namespace, flags: list[str]) -> None:
 def job_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The shared flags as keyword arguments of :mod:`prep.prepare.api` (None: keep the config's value)."""
     return {"config": args.config, "input": args.input, "output": args.output, "overwrite": args.overwrite,
+            "append": args.append, "update": args.update,
             "executor": args.executor, "ray_address": args.ray_address, "ray_resources": args.ray_resources,
             "max_reject_fraction": args.max_reject_fraction}

@@ -14,7 +14,12 @@ Example (``docs/architecture.md`` has the columns beside it)::
                    "bos_id": 1, "eos_id": 2, "pad_id": null},
      "seq_len": null, "config": {...}, "config_hash": "…",
      "sources": [{"uri": "train.jsonl", "size": 4166206, "mtime": "…"}],
-     "counts": {"rows_read": 7473, "rows_written": 7473, ...}, "rejects_uri": "….rejects.lance"}
+     "counts": {"rows_read": 7473, "rows_written": 7473, ...}, "rejects_uri": "….rejects.lance",
+     "history": [{"version": 1, "added": ["train.jsonl"], "replaced": [], "rows_added": 7473, ...}]}
+
+``history`` has a :class:`Step` per table version a prepare job committed (a from-scratch
+run is one step; each ``--append``/``--update`` adds one); a table written before it
+existed reads as one step.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any, Literal, Mapping, get_args
 from prep.errors import PrepError
 
 __all__ = ["METADATA_KEY", "TABLE_FORMAT", "Kind", "KINDS", "TEXT_KINDS", "TokenizerInfo", "ImageInfo", "read_table_metadata",
-           "TableMetadata", "RejectsMetadata", "read_metadata", "encode_metadata"]
+           "Step", "TableMetadata", "RejectsMetadata", "read_metadata", "encode_metadata"]
 
 METADATA_KEY = b"prep"
 TABLE_FORMAT = "prep.table/1"
@@ -35,7 +40,7 @@ Kind = Literal["sft", "pretrain", "packed", "images"]
 KINDS: tuple[str, ...] = get_args(Kind)
 TEXT_KINDS: tuple[str, ...] = ("sft", "pretrain", "packed")
 _FIELDS = {"format", "prep_version", "kind", "config", "config_hash", "sources", "counts", "rejects_uri",
-           "tokenizer", "seq_len", "image"}
+           "tokenizer", "seq_len", "image", "history"}
 
 
 def _fail(where: str, what: str) -> PrepError:
@@ -111,6 +116,64 @@ class ImageInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Step:
+    """One committed prepare step: what it added to the table and what it replaced.
+
+    Args:
+        version: the table version the step committed (None: a table written before steps were recorded).
+        added: the input files it prepared for the first time.
+        replaced: the files whose rows it replaced (``--update``: they had changed).
+        rows_added, rows_removed: table rows it committed and deleted.
+        tokens_added, tokens_removed: their tokens (text tables; 0 for images).
+        rejects_version: the version of the rejects table committed with it (None: not recorded).
+    """
+
+    version: int | None
+    added: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    rows_added: int = 0
+    rows_removed: int = 0
+    tokens_added: int = 0
+    tokens_removed: int = 0
+    rejects_version: int | None = None
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Step:
+        if not isinstance(raw, Mapping):
+            raise _fail(where, f"history entry {raw!r} must be an object")
+        files = {k: raw.get(k) or [] for k in ("added", "replaced")}
+        for k, v in files.items():
+            if not isinstance(v, list) or not all(isinstance(u, str) for u in v):
+                raise _fail(where, f"history.{k}={v!r} must be a list of URIs")
+        return cls(version=_int(where, "history.version", raw.get("version"), low=1, optional=True),
+                   added=tuple(files["added"]), replaced=tuple(files["replaced"]),
+                   **{k: _int(where, f"history.{k}", raw.get(k, 0)) for k in ("rows_added", "rows_removed", "tokens_added", "tokens_removed")},
+                   rejects_version=_int(where, "history.rejects_version", raw.get("rejects_version"), low=1, optional=True))
+
+    def describe(self) -> str:
+        """One line for summaries and ``prep inspect``.
+
+        >>> Step(version=2, added=("/d/c.jsonl",), rows_added=10, tokens_added=2085).describe()
+        'version 2: +1 file (c.jsonl), +10 rows, +2,085 tokens'
+        """
+        def files(uris: tuple[str, ...]) -> str:
+            names = ", ".join(u.rsplit("/", 1)[-1] for u in uris[:3]) + (" ..." if len(uris) > 3 else "")
+            return f"{len(uris)} file{'s' if len(uris) != 1 else ''} ({names})"
+
+        parts = [f"+{files(self.added)}"] if self.added else []
+        parts += [f"replaced {files(self.replaced)}"] if self.replaced else []
+        parts += [f"+{self.rows_added:,} rows"] + ([f"-{self.rows_removed:,} rows"] if self.rows_removed else [])
+        if self.tokens_added or self.tokens_removed:
+            parts += [f"+{self.tokens_added:,} tokens"] + ([f"-{self.tokens_removed:,} tokens"] if self.tokens_removed else [])
+        return f"version {self.version if self.version is not None else '?'}: " + ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "added": list(self.added), "replaced": list(self.replaced),
+                "rows_added": self.rows_added, "rows_removed": self.rows_removed, "tokens_added": self.tokens_added,
+                "tokens_removed": self.tokens_removed, "rejects_version": self.rejects_version}
+
+
+@dataclass(frozen=True, kw_only=True)
 class TableMetadata:
     """What a prepared table says about itself.
 
@@ -124,6 +187,8 @@ class TableMetadata:
         tokenizer: text tables: the tokenizer's identity and special ids.
         seq_len: packed tables: the row length.
         image: image tables that store pixels: their shape.
+        history: the steps that made the table, oldest first (one for a table written before
+            steps were recorded).
         extra: a job's own keys (labels, encoded, decoder...), kept as written.
     """
 
@@ -137,6 +202,7 @@ class TableMetadata:
     tokenizer: TokenizerInfo | None = None
     seq_len: int | None = None
     image: ImageInfo | None = None
+    history: tuple[Step, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     format: str = TABLE_FORMAT
 
@@ -185,10 +251,18 @@ class TableMetadata:
         config = raw.get("config") or {}
         if not isinstance(config, Mapping):
             raise _fail(where, "config must be an object")
+        history = raw.get("history")
+        if history is None:  # written before steps were recorded: one step made all of it
+            steps: tuple[Step, ...] = (Step(version=None, added=tuple(str(s.get("uri", "")) for s in sources),
+                                            rows_added=counts.get("rows_written", 0), tokens_added=counts.get("tokens", 0)),)
+        elif isinstance(history, list) and history:
+            steps = tuple(Step.from_json(h, where) for h in history)
+        else:
+            raise _fail(where, f"history={history!r} must be a non-empty list of steps")
         return cls(kind=kind, prep_version=str(raw.get("prep_version", "?")), config=config,
                    config_hash=str(raw.get("config_hash", "")), sources=tuple(sources), counts=counts,
                    rejects_uri=str(raw.get("rejects_uri", "")), tokenizer=tokenizer, seq_len=seq_len, image=image,
-                   extra={k: v for k, v in raw.items() if k not in _FIELDS})
+                   history=steps, extra={k: v for k, v in raw.items() if k not in _FIELDS})
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object stored in the table (and in a manifest's ``source.metadata``)."""
@@ -199,6 +273,7 @@ class TableMetadata:
             "counts": dict(self.counts), "rejects_uri": self.rejects_uri,
             "tokenizer": self.tokenizer.to_json() if self.tokenizer else None, "seq_len": self.seq_len,
             "image": self.image.to_json() if self.image else None,
+            "history": [h.to_json() for h in self.history],
         }
 
 

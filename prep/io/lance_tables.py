@@ -13,12 +13,13 @@ from typing import Iterable
 import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
+from lance.schema import LanceSchema
 
 from prep.contracts.table import RejectsMetadata, TableMetadata, encode_metadata
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = ["table_exists", "open_table", "write_fragments", "commit_table", "remove_table"]
+__all__ = ["table_exists", "open_table", "write_fragments", "commit_table", "commit_grown", "remove_table"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,39 @@ def commit_table(
         schema = schema.with_metadata({**(schema.metadata or {}), **encode_metadata(metadata)})
     op = lance.LanceOperation.Overwrite(schema, list(fragments))
     return lance.LanceDataset.commit(uri, op, storage_options=storage_options)
+
+
+def commit_grown(
+    base: lance.LanceDataset,
+    schema: pa.Schema,
+    keep: list[FragmentMetadata],
+    new: Iterable[FragmentMetadata],
+    *,
+    metadata: TableMetadata | RejectsMetadata,
+    intact: bool,
+    storage_options: dict[str, str] | None = None,
+) -> lance.LanceDataset:
+    """Commits ``keep`` (fragments of ``base``, as read from it) then ``new`` as the version after
+    ``base``, with ``metadata`` in the schema: one commit, and no data file is rewritten.
+
+    ``intact``: ``keep`` is every fragment of ``base`` unchanged. Then, when ``base`` is the
+    latest version, it is a Lance ``Merge`` that keeps their fragment ids and row addresses;
+    otherwise (rows deleted, or ``base`` is not the latest) an ``Overwrite`` of the same
+    fragments, which renumbers fragment ids but keeps row order.
+    """
+    if not base.schema.equals(schema, check_metadata=False):
+        raise PrepError(f"{base.uri} has columns {base.schema.names} of other types than this job writes ({schema.names}); "
+                        "prepare the table anew with --overwrite")
+    schema = schema.with_metadata({**(schema.metadata or {}), **encode_metadata(metadata)})
+    new = list(new)
+    if intact and base.version == base.latest_version:
+        start = max((f.id for f in keep), default=-1) + 1
+        for i, frag in enumerate(new):
+            frag.id = start + i
+        op: lance.LanceOperation.BaseOperation = lance.LanceOperation.Merge(keep + new, LanceSchema.from_pyarrow(schema))
+    else:
+        op = lance.LanceOperation.Overwrite(schema, keep + new)
+    return lance.LanceDataset.commit(base.uri, op, read_version=base.latest_version, storage_options=storage_options)
 
 
 def remove_table(uri: str, s3: storage.S3Options | None = None) -> None:

@@ -15,13 +15,13 @@ from typing import Any
 __all__ = ["pretokenize", "decode_images"]
 
 
-def _job_keys(*, input: str | list[str] | None, output: str | None, overwrite: bool | None, executor: str | None,
-              ray_address: str | None, ray_resources: dict[str, float] | None,
+def _job_keys(*, input: str | list[str] | None, output: str | None, overwrite: bool | None, append: bool | None,
+              update: bool | None, executor: str | None, ray_address: str | None, ray_resources: dict[str, float] | None,
               max_reject_fraction: float | None) -> dict[str, Any]:
     """The config keys behind the flags every prepare command has (None: keep the config's value)."""
     ray = {k: v for k, v in (("address", ray_address), ("resources", ray_resources)) if v}
-    return {"input": input, "output": output, "overwrite": overwrite, "executor": executor, "ray": ray or None,
-            "max_reject_fraction": max_reject_fraction}
+    return {"input": input, "output": output, "overwrite": overwrite, "append": append, "update": update,
+            "executor": executor, "ray": ray or None, "max_reject_fraction": max_reject_fraction}
 
 
 def pretokenize(
@@ -36,6 +36,8 @@ def pretokenize(
     max_length: int | None = None,
     overlong: str | None = None,
     overwrite: bool | None = None,
+    append: bool | None = None,
+    update: bool | None = None,
     executor: str | None = None,
     ray_address: str | None = None,
     ray_resources: dict[str, float] | None = None,
@@ -58,6 +60,9 @@ def pretokenize(
         max_length: the longest row allowed, in tokens (default: no limit).
         overlong: ``"truncate"``, ``"reject"`` (default) or ``"split"`` for longer rows.
         overwrite: replace a table prep wrote at ``output``.
+        append: add the input files the table at ``output`` does not hold yet, as one new version
+            (docs/guide.md, "Growing a table"); exclusive with ``overwrite``.
+        update: as ``append``, and replace the rows of files that changed since.
         executor: ``"auto"`` (default), ``"ray"`` or ``"local"``.
         ray_address: Ray cluster to join (default ``RAY_ADDRESS``).
         ray_resources: custom Ray resources each task asks for.
@@ -81,7 +86,7 @@ def pretokenize(
 
     sft = {"messages_column": messages_column} if messages_column else None
     named = dict(tokenizer=tokenizer, format=format, text_column=text_column, sft=sft, max_length=max_length,
-                 overlong=overlong, **_job_keys(input=input, output=output, overwrite=overwrite, executor=executor,
+                 overlong=overlong, **_job_keys(input=input, output=output, overwrite=overwrite, append=append, update=update, executor=executor,
                                                 ray_address=ray_address, ray_resources=ray_resources,
                                                 max_reject_fraction=max_reject_fraction))
     cfg = load_config(PretokenizeConfig, config, **merge(keys, named))
@@ -96,6 +101,8 @@ def decode_images(
     source: str | None = None,
     size: int | tuple[int, int] | None = None,
     overwrite: bool | None = None,
+    append: bool | None = None,
+    update: bool | None = None,
     executor: str | None = None,
     ray_address: str | None = None,
     ray_resources: dict[str, float] | None = None,
@@ -113,7 +120,7 @@ def decode_images(
         output: the Lance table to write.
         source: ``"auto"`` (default), ``"imagefolder"``, ``"manifest"``, ``"webdataset"`` or ``"parquet"``.
         size: output side (square) or ``(height, width)`` (default 224).
-        overwrite, executor, ray_address, ray_resources, max_reject_fraction: as for :func:`pretokenize`.
+        overwrite, append, update, executor, ray_address, ray_resources, max_reject_fraction: as for :func:`pretokenize`.
         **keys: any other key of :class:`prep.prepare.images.config.ImagesConfig`.
 
     Returns:
@@ -126,8 +133,8 @@ def decode_images(
     from prep.prepare.images.config import ImagesConfig
     from prep.prepare.images.job import run_decode_images
 
-    named = dict(source=source, size=size, **_job_keys(input=input, output=output, overwrite=overwrite,
-                                                       executor=executor, ray_address=ray_address,
+    named = dict(source=source, size=size, **_job_keys(input=input, output=output, overwrite=overwrite, append=append,
+                                                       update=update, executor=executor, ray_address=ray_address,
                                                        ray_resources=ray_resources,
                                                        max_reject_fraction=max_reject_fraction))
     cfg = load_config(ImagesConfig, config, **merge(keys, named))

@@ -16,35 +16,45 @@ stopped between the two (killed, or over ``max_reject_fraction``) leaves a rejec
 table whose table was never committed: the plain rerun takes it for this job's
 leftovers and replaces it. The commit points call :func:`prep.prepare.faults.maybe_raise`
 (``commit``: ``claimed``, ``rejects``, ``table``, ``cleaned``) so tests can kill a job at each.
+
+A job that grows a table (``append``/``update``, :mod:`prep.prepare.growth`) is the same
+run over the files the table does not hold yet (and, with ``update``, the changed ones):
+its rejects and its table are each one new version on top of the versions the table's
+last step recorded (:class:`prep.contracts.table.Step`), with the replaced files' rows and
+rejects deleted in that same commit. A step killed between its two commits left a rejects
+version no table step names: the rerun builds on the one the table names, so nothing is
+counted twice. The table's metadata holds the totals and the history of steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import pyarrow as pa
 
 import prep
 from prep.io import lance_tables
 from prep.io import storage
-from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, TableMetadata, read_metadata
+from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, Step, TableMetadata, read_metadata
 from prep.runtime.config import JobConfig, config_hash
 from prep.errors import PrepError
 from prep.runtime.progress import Bar
 from prep.prepare import faults
+from prep.prepare.growth import Prior, read_prior
 from prep.prepare.isolation import Limits
 from prep.prepare.chunk_runner import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
 from prep.contracts.ownership import Lease, claim_outputs, hold
 from prep.prepare.rejects import REJECTS_SCHEMA, check_budget
 from prep.runtime.ray_cluster import use_ray
 
-__all__ = ["ChunkPlan", "PrepareJob", "run_prepare", "executor_for", "where_it_ran", "check_apart", "rejects_without_table",
-           "commit_and_reconcile"]
+__all__ = ["ChunkPlan", "PrepareJob", "Growth", "run_prepare", "executor_for", "where_it_ran", "what_it_did", "check_apart",
+           "rejects_without_table", "commit_and_reconcile"]
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +67,20 @@ class ChunkPlan:
 
     Args:
         chunks: the units of work, in output order.
-        sources: provenance of every input (uri, size, mtime or a listing digest).
+        sources: provenance of every input this run prepares (uri, size, mtime or a listing digest).
         details: anything the job's metadata and summary need later (labels, tokenizer...).
+        chunk_sources: the URI of the one source each chunk reads, when no chunk mixes files:
+            then each source records its rows and data files, which ``update`` needs.
+        replaced: the sources among ``sources`` whose rows in the table this run replaces (``update``).
+        unchanged: listed files the table already holds as they are, left alone (``append``).
     """
 
     chunks: list[Any]
     sources: list[dict[str, Any]]
     details: dict[str, Any] = field(default_factory=dict)
+    chunk_sources: list[str] | None = None
+    replaced: list[str] = field(default_factory=list)
+    unchanged: int = 0
 
 
 class PrepareJob(Protocol):
@@ -74,8 +91,9 @@ class PrepareJob(Protocol):
     @property
     def cfg(self) -> JobConfig: ...
 
-    def plan(self, s3: storage.S3Options) -> ChunkPlan:
-        """Lists and checks the inputs and cuts chunks; raises PrepError on bad input. Writes nothing."""
+    def plan(self, s3: storage.S3Options, prior: Prior | None) -> ChunkPlan:
+        """Lists and checks the inputs and cuts chunks; raises PrepError on bad input. Writes nothing.
+        With ``prior`` (an append), lists under its id root and plans only what it selects."""
 
     def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> ChunkWorker:
         """The picklable callable a Ray task runs on one chunk."""
@@ -110,9 +128,15 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     spec = faults.from_env()
     faults.arm(spec)
     s3 = cfg.s3.options().resolved()
-    plan = job.plan(s3)  # inputs first: a typo in --input never reaches the output
+    prior = read_prior(cfg.output, s3) if cfg.grows else None
+    plan = job.plan(s3, prior)  # inputs first: a typo in --input never reaches the output
+    if prior is not None:
+        prior.check_made_like(cfg, job.metadata(plan, {}))
+        if not plan.sources:
+            return _nothing_new(job, prior, plan, t0)
+    growth = Growth.of(prior, plan.replaced) if prior is not None else None
     orphan = rejects_without_table(cfg.output, cfg.rejects_uri, s3)
-    claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite or orphan, s3=s3)
+    claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite or orphan or prior is not None, s3=s3)
     faults.maybe_raise("commit", "claimed")
     opts = storage.lance_storage_options(cfg.output, s3)
     executor = executor_for(cfg)
@@ -124,31 +148,33 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
                              on_result=_advance(bar, t_run), resources=cfg.ray.resources)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
+    sources = _with_rows(plan, results)
+    totals = growth.totals(counts) if growth else counts
+    step = Step(version=_next_version(cfg.output, opts), added=tuple(s["uri"] for s in plan.sources if s["uri"] not in plan.replaced),
+                replaced=tuple(plan.replaced), rows_added=counts["rows_written"], tokens_added=counts.get("tokens", 0),
+                rows_removed=growth.removed.get("rows_written", 0) if growth else 0,
+                tokens_removed=growth.removed.get("tokens", 0) if growth else 0)
     metadata = TableMetadata.from_json({
         "format": TABLE_FORMAT,
         "prep_version": prep.__version__,
         "config": cfg.model_dump(mode="json", exclude={"s3"}),
         "config_hash": config_hash(cfg),
-        "sources": plan.sources,
-        "counts": counts,
+        "sources": (growth.kept_sources() if growth else []) + sources,
+        "counts": totals,
         "rejects_uri": cfg.rejects_uri,
-        **job.metadata(plan, counts),
+        "history": [h.to_json() for h in ((prior.metadata.history if prior else ()) + (step,))],
+        **job.metadata(plan, totals),
     }, cfg.output)  # the parser that readers use checks what is written, too
     for lease in leases:
         lease.check()  # a run that lost its lease (it looked dead) commits nothing
     commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
-                         rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction)
+                         rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction, growth=growth)
     if cfg.overwrite or orphan:
         drop_old_versions(cfg, s3)
         faults.maybe_raise("commit", "cleaned")
     t_end = time.perf_counter()
     return {
-        "table": cfg.output,
-        "rejects": cfg.rejects_uri,
-        "kind": metadata.kind,
-        "chunks": len(plan.chunks),
-        "executor": executor,
-        "sources": len(plan.sources),
+        **_common_summary(job, plan, metadata, executor, step),
         **{k: counts[k] for k in REQUIRED_COUNTS},
         "seconds": {
             "ray_start": round(ray_seconds, 2),
@@ -159,6 +185,89 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         "counts": counts,
         **job.summary(plan, counts),
     }
+
+
+def _common_summary(job: PrepareJob, plan: ChunkPlan, metadata: TableMetadata, executor: str, step: Step | None) -> dict[str, Any]:
+    cfg = job.cfg
+    return {
+        "table": cfg.output,
+        "rejects": cfg.rejects_uri,
+        "kind": metadata.kind,
+        "mode": "update" if cfg.update else "append" if cfg.append else "overwrite" if cfg.overwrite else "create",
+        "chunks": len(plan.chunks),
+        "executor": executor,
+        "sources": len(plan.sources),
+        "step": {"version": step.version if step else None, "added": len(step.added) if step else 0,
+                 "replaced": len(step.replaced) if step else 0, "unchanged": plan.unchanged,
+                 "rows_added": step.rows_added if step else 0, "rows_removed": step.rows_removed if step else 0},
+        "history": [h.to_json() for h in metadata.history],
+    }
+
+
+def _nothing_new(job: PrepareJob, prior: Prior, plan: ChunkPlan, t0: float) -> dict[str, Any]:
+    """The summary of an append that found nothing to add: no version is committed."""
+    log.info("%s already holds all %d listed file(s) as they are; nothing to append, no version committed",
+             job.cfg.output, plan.unchanged)
+    counts = {k: 0 for k in REQUIRED_COUNTS}
+    seconds = round(time.perf_counter() - t0, 2)
+    return {
+        **_common_summary(job, plan, prior.metadata, "none", None),
+        **counts,
+        "seconds": {"ray_start": 0.0, "job": 0.0, "total": seconds, "in_workers": 0.0},
+        "counts": counts,
+        **job.summary(plan, counts),
+    }
+
+
+def _with_rows(plan: ChunkPlan, results: list[ChunkResult]) -> list[dict[str, Any]]:
+    """``plan.sources``, each with the counts and the data files of its rows when chunks do not mix files."""
+    if plan.chunk_sources is None:
+        return list(plan.sources)
+    counts: dict[str, Counter] = {s["uri"]: Counter() for s in plan.sources}
+    files: dict[str, list[str]] = {s["uri"]: [] for s in plan.sources}
+    for r in results:
+        uri = plan.chunk_sources[r.index]
+        counts[uri].update(r.counts)
+        files[uri] += [d.path for f in r.fragments for d in f.files]
+    return [{**s, "counts": {k: int(v) for k, v in sorted(counts[s["uri"]].items())}, "data_files": files[s["uri"]]}
+            for s in plan.sources]
+
+
+def _next_version(uri: str, opts: dict[str, str] | None) -> int:
+    """The version the next commit to ``uri`` makes (this run holds its lease: nobody else commits)."""
+    return int(lance_tables.open_table(uri, storage_options=opts).latest_version) + 1 if lance_tables.table_exists(uri, opts) else 1
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What a step on top of ``prior`` keeps and replaces: the sources' recorded rows it removes."""
+
+    prior: Prior
+    replaced: tuple[str, ...]
+    removed: Mapping[str, int]
+
+    @classmethod
+    def of(cls, prior: Prior, replaced: list[str]) -> Growth:
+        """Raises PrepError when a replaced file's rows were not recorded (chunks that mix files)."""
+        removed: Counter = Counter()
+        for uri in replaced:
+            recorded = prior.sources[uri]
+            if "data_files" not in recorded:
+                raise PrepError(f"{uri} changed, but {prior.uri} does not record which rows it gave (its chunks mix files): "
+                                "--update cannot replace them; prepare the table anew with --overwrite")
+            removed.update(recorded.get("counts") or {})
+        return cls(prior, tuple(replaced), dict(removed))
+
+    def kept_sources(self) -> list[dict[str, Any]]:
+        return [dict(s) for s in self.prior.metadata.sources if s.get("uri") not in self.replaced]
+
+    def totals(self, step: Mapping[str, int]) -> dict[str, int]:
+        """The table's counts after the step: the prior's, less the replaced files', plus the step's."""
+        had = self.prior.metadata.counts
+        return {k: int(had.get(k, 0)) - int(self.removed.get(k, 0)) + int(step.get(k, 0)) for k in sorted(set(had) | set(step))}
+
+    def removed_data_files(self) -> set[str]:
+        return {p for uri in self.replaced for p in self.prior.sources[uri].get("data_files", [])}
 
 
 def _advance(bar: Bar, t0: float) -> Callable[[ChunkResult], None]:
@@ -185,6 +294,18 @@ def where_it_ran(summary: dict[str, Any]) -> str:
     if summary["executor"] == "ray":
         return f"on Ray (start {summary['seconds']['ray_start']}s), "
     return "on this machine, "
+
+
+def what_it_did(summary: dict[str, Any]) -> list[str]:
+    """The first lines of a summary: the table written, or what an append added (or that it added nothing)."""
+    s, step = summary, summary["step"]
+    if s["mode"] not in ("append", "update"):
+        return [f"wrote {s['table']} ({s['kind']})"]
+    if step["version"] is None:
+        return [f"nothing new: {s['table']} already holds all {step['unchanged']:,} listed file(s) as they are; no version committed"]
+    return [f"appended to {s['table']} ({s['kind']}): version {step['version']}, {step['added']:,} new file(s), "
+            f"{step['replaced']:,} replaced, {step['unchanged']:,} unchanged",
+            "  history: " + "; ".join(Step.from_json(h, s["table"]).describe() for h in s["history"])]
 
 
 def executor_for(cfg: JobConfig) -> Executor:
@@ -236,13 +357,16 @@ def commit_and_reconcile(
     rejects: str,
     s3: storage.S3Options,
     max_reject_fraction: float,
+    growth: Growth | None = None,
 ) -> None:
     """Commits the rejects, checks every count against its other side and the reject
     budget, then commits the table.
 
     The table is committed last and only when the counts reconcile and the rejects
     are within ``max_reject_fraction``, so a complete-looking table implies complete
-    rejects and no lost rows.
+    rejects and no lost rows. With ``growth``, both commits build on the versions the
+    table's last step names, and the step's counts are checked on the rows it added,
+    the whole table's on the totals in ``metadata``.
 
     Raises:
         TooManyRejects: over the budget, or every row rejected; the rejects stay committed.
@@ -250,19 +374,91 @@ def commit_and_reconcile(
     """
     rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
     reject_fragments = [f for r in results for f in r.reject_fragments]
-    rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
+    base = _rejects_base(growth, rejects, rejects_opts)
+    if base is None:
+        rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
+        had_rows = had_files = 0
+    else:
+        keep, intact = _without_sources(base, growth.replaced if growth else ())
+        had_rows, had_files = _reject_counts(base, growth.replaced if growth else ())
+        rej = lance_tables.commit_grown(base, REJECTS_SCHEMA, keep, reject_fragments, metadata=RejectsMetadata(of=output),
+                                        intact=intact, storage_options=rejects_opts)
     faults.maybe_raise("commit", "rejects")
-    rejected_rows = rej.count_rows(filter="position != 'file'")
+    rejected_rows = rej.count_rows(filter="position != 'file'") - had_rows
+    rejected_files = rej.count_rows() - rejected_rows - had_rows - had_files
     fragments = [f for r in results for f in r.fragments]
     in_fragments = sum(f.physical_rows for f in fragments)
     _check("rows read", counts["rows_read"], "rows accepted + rows in the rejects table", counts["rows_accepted"] + rejected_rows)
     _check("rows the workers rejected", counts["rows_rejected"], f"rows in {rejects}", rejected_rows)
-    _check("files the workers rejected", counts["files_rejected"], f"files in {rejects}", rej.count_rows() - rejected_rows)
+    _check("files the workers rejected", counts["files_rejected"], f"files in {rejects}", rejected_files)
     _check("rows the workers wrote", counts["rows_written"], "rows in the written fragments", in_fragments)
     check_budget(counts["rows_read"], rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
-    table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
+    if growth is None:
+        metadata = _stamped(metadata, rej.version)
+        table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
+        faults.maybe_raise("commit", "table")
+        _check("rows in the written fragments", in_fragments, f"rows committed to {output}", table.count_rows())
+        return
+    base_table = growth.prior.dataset
+    gone = growth.removed_data_files()
+    kept = [f.metadata for f in base_table.get_fragments() if not gone & {d.path for d in f.metadata.files}]
+    removed_rows = base_table.count_rows() - sum(f.physical_rows - (f.deletion_file.num_deleted_rows if f.deletion_file else 0) for f in kept)
+    _check("rows the replaced files gave (recorded)", int(growth.removed.get("rows_written", 0)), "rows of their fragments", removed_rows)
+    _check("rejected rows the replaced files gave (recorded)", int(growth.removed.get("rows_rejected", 0)), f"their rows in {rejects}",
+           _reject_counts(base, ())[0] - had_rows if base is not None else 0)
+    metadata = _stamped(metadata, rej.version)
+    table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=metadata, intact=len(kept) == len(base_table.get_fragments()),
+                                      storage_options=output_opts)
     faults.maybe_raise("commit", "table")
-    _check("rows in the written fragments", in_fragments, f"rows committed to {output}", table.count_rows())
+    if metadata.history[-1].version != table.version:
+        raise PrepError(f"{output}: this step committed version {table.version}, not {metadata.history[-1].version}: another "
+                        "writer committed meanwhile, around prep's lease; check who writes it, then rerun with --overwrite")
+    _check("rows in the written fragments", in_fragments, f"rows {output} gained", table.count_rows() - base_table.count_rows() + removed_rows)
+    _check("rows the table's counts say", metadata.counts.get("rows_written", 0), f"rows committed to {output}", table.count_rows())
+    _check("rejected rows the table's counts say", metadata.counts.get("rows_rejected", 0), f"rows in {rejects}",
+           rej.count_rows(filter="position != 'file'"))
+
+
+def _stamped(metadata: TableMetadata, rejects_version: int) -> TableMetadata:
+    """``metadata`` with its last step naming the rejects version committed with it."""
+    if not isinstance(metadata, TableMetadata) or not metadata.history:
+        return metadata
+    last = dataclasses.replace(metadata.history[-1], rejects_version=int(rejects_version))
+    return dataclasses.replace(metadata, history=metadata.history[:-1] + (last,))
+
+
+def _rejects_base(growth: Growth | None, rejects: str, opts: dict[str, str] | None) -> Any:
+    """The rejects version a growing step builds on: the one the table's last step names (a later
+    one is a killed step's), else the latest; None when there is none (a first run)."""
+    if growth is None or not lance_tables.table_exists(rejects, opts):
+        return None
+    return lance_tables.open_table(rejects, version=growth.prior.metadata.history[-1].rejects_version, storage_options=opts)
+
+
+def _source_filter(uris: tuple[str, ...]) -> str:
+    return "source IN (" + ", ".join("'" + u.replace("'", "''") + "'" for u in uris) + ")"
+
+
+def _without_sources(ds: Any, uris: tuple[str, ...]) -> tuple[list[Any], bool]:
+    """``ds``'s fragments with the rows whose ``source`` is in ``uris`` deleted; and whether none was."""
+    if not uris:
+        return [f.metadata for f in ds.get_fragments()], True
+    keep, intact, where = [], True, _source_filter(uris)
+    for f in ds.get_fragments():
+        hit = f.count_rows(filter=where)
+        intact = intact and not hit
+        if not hit:
+            keep.append(f.metadata)
+        elif hit < f.count_rows():
+            keep.append(f.delete(where))
+    return keep, intact
+
+
+def _reject_counts(ds: Any, without: tuple[str, ...]) -> tuple[int, int]:
+    """``(row rejects, file rejects)`` in ``ds``, leaving out those of the sources ``without``."""
+    extra = f" AND NOT ({_source_filter(without)})" if without else ""
+    rows = ds.count_rows(filter="position != 'file'" + extra)
+    return rows, ds.count_rows(filter="position = 'file'" + extra)
 
 
 def _reasons(rejects: Any) -> list[str]:

@@ -9,7 +9,10 @@ derive from: its path relative to the root all inputs share, or its full URI whe
 they share none, so same-named files in different folders never share ids) and its
 identity (size and mtime, and the ETag on object stores) for the table's provenance
 and to notice a file that changes while the job reads it. A file that several
-inputs list is read once, with a warning.
+inputs list is read once, with a warning. A job that adds files to a table
+(``--append``) lists relative to the root the table's ids were made under
+(:class:`IdRoot`, read back from the table's provenance with :func:`id_root_of`), so
+a file gets the id key a from-scratch run over all the files would give it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any, Callable
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = ["ListedFile", "Listing", "list_input", "list_inputs", "check_unchanged", "row_group_ranges"]
+__all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "row_group_ranges"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +48,9 @@ class ListedFile:
     id_key: str = ""
 
     def describe(self) -> dict[str, Any]:
-        return {"uri": self.uri, "size": self.size, "mtime": self.mtime}
+        """The file's provenance as a table records it: its identity, and the key its row ids derive from."""
+        return {"uri": self.uri, "key": self.ids_from, "size": self.size, "mtime": self.mtime,
+                **({"etag": self.etag} if self.etag else {})}
 
     @property
     def ids_from(self) -> str:
@@ -60,6 +65,27 @@ class Listing:
     root: str
     files: list[ListedFile]
     is_dir: bool
+
+
+@dataclass(frozen=True)
+class IdRoot:
+    """The folder file id keys are relative to; ``path`` None when the inputs share none (keys are full URIs)."""
+
+    path: str | None
+
+
+def id_root_of(uri: str, key: str) -> IdRoot:
+    """The root a recorded file's id ``key`` is relative to (the inverse of how :func:`list_inputs` sets it).
+
+    >>> id_root_of("/d/a/x.jsonl", "a/x.jsonl"), id_root_of("s3://b/x", "b/x"), id_root_of("/x", "/x")
+    (IdRoot(path='/d'), IdRoot(path='s3://'), IdRoot(path=None))
+    """
+    if key == uri:
+        return IdRoot(None)
+    if not uri.endswith("/" + key) and not uri.endswith("://" + key):
+        raise PrepError(f"recorded id key {key!r} is not the end of its file's URI {uri}")
+    head = uri[: len(uri) - len(key)]
+    return IdRoot(head if head.endswith("://") or head == "/" else head[:-1])
 
 
 def _hidden(rel: str) -> bool:
@@ -105,14 +131,16 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
 
 
 def list_inputs(givens: list[str], s3: storage.S3Options | None = None, accept: Callable[[str], bool] = lambda path: True,
-                what: str = "files") -> list[Listing]:
+                what: str = "files", id_root: IdRoot | None = None) -> list[Listing]:
     """:func:`list_input` for every input, each file once (the first input that lists it
-    keeps it; a warning names the others), every file's ``id_key`` set.
+    keeps it; a warning names the others), every file's ``id_key`` set: relative to
+    ``id_root`` when given (a table's, for ``--append``), else to the inputs' shared root.
 
     An input that only repeats files listed before is dropped, with the warning.
 
     Raises:
-        PrepError: as :func:`list_input`.
+        PrepError: as :func:`list_input`; a file outside ``id_root`` (its rows would get ids
+            a from-scratch run over all the files would not give).
     """
     listings, seen = [], set()
     for given in givens:
@@ -126,7 +154,20 @@ def list_inputs(givens: list[str], s3: storage.S3Options | None = None, accept: 
         if files:
             listings.append(Listing(listing.given, listing.root, files, listing.is_dir))
     common = _common_root(sorted({storage.with_scheme(l.given, l.root) for l in listings}))
+    if id_root is not None:
+        _check_within(listings, common, id_root)
+        common = id_root.path
     return [Listing(l.given, l.root, [replace(f, id_key=_below(f.uri, common)) for f in l.files], l.is_dir) for l in listings]
+
+
+def _check_within(listings: list[Listing], common: str | None, root: IdRoot) -> None:
+    """Raises unless the listings' shared root lies in ``root`` (then keys relative to it are a from-scratch run's)."""
+    joined = _common_root(sorted({c for c in (common, root.path) if c is not None})) if common is not None else None
+    if root.path is None or (joined == root.path and common is not None):
+        return
+    shown = listings[0].given
+    raise PrepError(f"input {shown} lies outside {root.path}, the folder the table's row ids are relative to: a from-scratch "
+                    "run over all the files would give every row a new id; give inputs under it, or prepare all of them anew with --overwrite")
 
 
 def _common_root(roots: list[str]) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from prep.errors import PrepError
 from prep.io.retry import RetryPolicy
@@ -82,6 +82,11 @@ class JobConfig(ConfigModel):
         output: the Lance table to write (local path or ``s3://``).
         rejects: where rejected rows go; default ``<output without .lance>.rejects.lance``.
         overwrite: replace an existing table at ``output`` (otherwise that is an error).
+        append: add the input files the table at ``output`` does not hold yet, as one new
+            table version (docs/guide.md, "Growing a table"); a file it holds that changed
+            since is refused. Exclusive with ``overwrite``.
+        update: as ``append``, and a changed file's rows are replaced (deleted and added in
+            the same commit) instead of refused.
         chunk_bytes: input bytes per task; the unit of parallelism and of determinism.
         executor: where chunks run: ``auto`` (default) uses Ray when there is a cluster to
             join (``ray.address``, ``RAY_ADDRESS``, as under ``ray job submit``) and this
@@ -103,6 +108,8 @@ class JobConfig(ConfigModel):
     output: str
     rejects: str | None = None
     overwrite: bool = False
+    append: bool = False
+    update: bool = False
     chunk_bytes: int = Field(default=2 << 20, ge=4096)
     executor: Literal["auto", "ray", "local"] = "auto"
     item_timeout_s: float = Field(default=60.0, gt=0)
@@ -111,6 +118,18 @@ class JobConfig(ConfigModel):
     max_reject_fraction: float = Field(default=0.1, ge=0, le=1)
     s3: S3Config = S3Config()
     ray: RayConfig = RayConfig()
+
+    @model_validator(mode="after")
+    def _one_way_to_write(self) -> "JobConfig":
+        if self.overwrite and (self.append or self.update):
+            raise ValueError(f"overwrite and {'update' if self.update else 'append'} are exclusive: overwrite replaces the "
+                             "table, append/update add to it; choose one")
+        return self
+
+    @property
+    def grows(self) -> bool:
+        """True when the job adds to the table at ``output`` (``append`` or ``update``)."""
+        return self.append or self.update
 
     @property
     def inputs(self) -> list[str]:
@@ -184,8 +203,8 @@ def load_config(model: type[T], path: str | Path | None = None, **overrides: Any
 
 # Keys that say where and how a job runs, not what it makes: left out of the hash (and s3, which
 # holds secrets). item_timeout_s stays in: it can decide whether a slow item is a row or a reject.
-RUNTIME_KEYS = frozenset({"s3", "ray", "executor", "overwrite", "max_bad_items_per_chunk", "max_task_retries",
-                          "max_reject_fraction"})
+RUNTIME_KEYS = frozenset({"s3", "ray", "executor", "overwrite", "append", "update", "max_bad_items_per_chunk",
+                          "max_task_retries", "max_reject_fraction"})
 
 
 def config_hash(cfg: BaseModel) -> str:

@@ -21,7 +21,7 @@ import prep
 from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError
-from prep.contracts.table import RejectsMetadata, TableMetadata, read_metadata, read_table_metadata
+from prep.contracts.table import RejectsMetadata, Step, TableMetadata, read_metadata, read_table_metadata
 from prep.contracts.manifest import MANIFEST, Manifest, read_manifest
 from prep.contracts.ownership import MARKER
 from prep.prepare.rejects import reason_group
@@ -89,6 +89,7 @@ def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options |
         "config": dict(meta.config),
         "config_hash": meta.config_hash,
         "sources": len(meta.sources),
+        "history": [h.to_json() for h in meta.history],
         "versions": _versions(meta),
     }
     if meta.kind == "images":
@@ -272,6 +273,7 @@ def format_report(r: dict[str, Any]) -> str:
                  f"{c.get('files_rejected', 0):,} of {r['sources']} source file(s)")
     lines.append(f"  config: {r['config_hash'][:12] if r['config_hash'] else '?'} " + ", ".join(
         f"{k}={v}" for k, v in sorted(r["config"].items()) if v not in (None, [], {}) and k not in ("ray",)))
+    lines += ["  history:"] + [f"    {Step.from_json(h, r['path']).describe()}" for h in r.get("history", [])]
     lines.append("  versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()))
     rej = r["rejects"]
     if rej.get("missing"):

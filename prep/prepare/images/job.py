@@ -18,6 +18,7 @@ import torchvision
 
 from prep.io import storage
 from prep.prepare.driver import ChunkPlan, run_prepare, where_it_ran
+from prep.prepare.growth import Prior
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan
 from prep.prepare.images.worker import ImageChunkWorker, table_schema
@@ -41,8 +42,8 @@ class ImagesJob:
     cfg: ImagesConfig
     name: str = "decode-images"
 
-    def plan(self, s3: storage.S3Options) -> ChunkPlan:
-        planned = plan(self.cfg, s3)
+    def plan(self, s3: storage.S3Options, prior: Prior | None = None) -> ChunkPlan:
+        planned = plan(self.cfg, s3, prior)
         return ChunkPlan(planned.chunks, planned.sources, {"labels": planned.labels, "source_kind": planned.kind})
 
     def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> ImageChunkWorker:

@@ -144,13 +144,17 @@ def _labels(cfg: ImagesConfig, kind: str, raw: list[Any]) -> LabelMap:
     return LabelMap(None)
 
 
-def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None) -> ImagePlan:
+def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None, prior: Any = None) -> ImagePlan:
     """Lists the inputs, picks the source kind, fixes the labels and cuts chunks.
 
     Raises:
         PrepError: an input is missing or empty, kinds differ between inputs, or a
-            manifest/Parquet file lacks the configured columns.
+            manifest/Parquet file lacks the configured columns; ``prior`` given (an
+            append: image tables do not record per-file provenance yet).
     """
+    if prior is not None:
+        raise PrepError(f"decode-images cannot append to {prior.uri} yet (an image table records its inputs per folder, "
+                        "not per file); prepare all the images anew with --overwrite")
     s3 = s3 or cfg.s3.options().resolved()
     listings = list_inputs(cfg.inputs, s3)
     kinds = {cfg.source if cfg.source != "auto" else _infer_kind(cfg, listing, s3) for listing in listings}

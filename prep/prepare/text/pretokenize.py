@@ -23,7 +23,8 @@ from prep.io import storage
 from prep.runtime.config import ConfigModel, JobConfig
 from prep.prepare import faults
 from prep.prepare.text.formats import RowError, Segments, SFTFormatter, TextFormatter
-from prep.prepare.driver import ChunkPlan, run_prepare, where_it_ran
+from prep.prepare.driver import ChunkPlan, run_prepare, what_it_did, where_it_ran
+from prep.prepare.growth import Prior, Selection
 from prep.prepare.ids import stable_ids
 from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.chunk_runner import ChunkOutput
@@ -275,14 +276,16 @@ class TextJob:
     cfg: PretokenizeConfig
     name: str = "pretokenize"
 
-    def plan(self, s3: storage.S3Options) -> ChunkPlan:
+    def plan(self, s3: storage.S3Options, prior: Prior | None = None) -> ChunkPlan:
         cfg = self.cfg
-        sources = list_sources(cfg.inputs, cfg.input_format, s3)
+        listed = list_sources(cfg.inputs, cfg.input_format, s3, id_root=prior.id_root() if prior else None)
+        picked = prior.select(listed, update=cfg.update) if prior else Selection.everything(listed)
         tokenizer = resolve_tokenizer(cfg.tokenizer)  # here: a bad tokenizer fails before Ray starts
         if cfg.format == "sft" and cfg.sft.prompt_template is None:
             SFTFormatter(tokenizer)  # fails now if there is no chat template
-        chunks = plan_chunks(sources, cfg.chunk_bytes, cfg.text_unit, s3)
-        return ChunkPlan(chunks, [s.describe() for s in sources], {"tokenizer": tokenizer})
+        chunks = plan_chunks(picked.files, cfg.chunk_bytes, cfg.text_unit, s3)
+        return ChunkPlan(chunks, [s.describe() for s in picked.files], {"tokenizer": tokenizer},
+                         chunk_sources=[c.source.uri for c in chunks], replaced=picked.replaced, unchanged=picked.unchanged)
 
     def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> TextChunkWorker:
         return TextChunkWorker(self.cfg, plan.details["tokenizer"], s3)
@@ -311,8 +314,10 @@ def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
 def format_summary(summary: dict[str, Any]) -> str:
     """A few lines a person reads after a run (also what the README shows)."""
     s = summary
+    if s["step"]["version"] is None and s["mode"] in ("append", "update"):
+        return what_it_did(s)[0]
     lines = [
-        f"wrote {s['table']} ({s['kind']})",
+        *what_it_did(s),
         f"  rows: read {s['rows_read']:,} = written {s['rows_accepted']:,} + rejected {s['rows_rejected']:,}"
         + (f" -> {s['rows_written']:,} table rows" if s["rows_written"] != s["rows_accepted"] else ""),
         f"  tokens: {s['tokens']:,} ({s['tokens_trained']:,} trained on)" + (f", {s['pad_tokens']:,} pad" if "pad_tokens" in s else ""),

@@ -32,7 +32,7 @@ import numpy as np
 from prep.io import storage
 from prep.errors import PrepError, one_line
 from prep.prepare import faults
-from prep.prepare.listing import ListedFile, check_unchanged, list_inputs, row_group_ranges
+from prep.prepare.listing import IdRoot, ListedFile, check_unchanged, list_inputs, row_group_ranges
 from prep.prepare.rejects import RAW_PREFIX_CHARS, Reject
 
 __all__ = ["SourceFile", "Chunk", "Records", "list_sources", "plan_chunks", "read_chunk", "InputFormat", "TextUnit"]
@@ -111,16 +111,19 @@ def _format_of(path: str, input_format: InputFormat) -> str | None:
     return None if compressed and fmt not in _COMPRESSIBLE else fmt
 
 
-def list_sources(inputs: list[str], input_format: InputFormat = "auto", s3: storage.S3Options | None = None) -> list[SourceFile]:
+def list_sources(inputs: list[str], input_format: InputFormat = "auto", s3: storage.S3Options | None = None,
+                 id_root: IdRoot | None = None) -> list[SourceFile]:
     """Expands files, folders (recursive) and globs into sorted :class:`SourceFile` s
-    (the rules of :func:`prep.prepare.listing.list_input`), keeping the readable formats.
+    (the rules of :func:`prep.prepare.listing.list_inputs`, ids under ``id_root`` when given),
+    keeping the readable formats.
 
     Raises:
         PrepError: a path does not exist, or a folder/glob matches no readable file.
     """
     want = input_format if input_format != "auto" else "/".join(sorted(_EXTENSIONS))
     want += " (also .gz/.zst/.bz2)"
-    listings = list_inputs(inputs, s3, accept=lambda p: _format_of(p, input_format) is not None, what=f"{want} files")
+    listings = list_inputs(inputs, s3, accept=lambda p: _format_of(p, input_format) is not None, what=f"{want} files",
+                           id_root=id_root)
     return [SourceFile(f.uri, f.key, f.size, f.mtime, f.etag, f.id_key, _format_of(f.uri, input_format) or "", _compression_of(f.uri))
             for listing in listings for f in listing.files]
 

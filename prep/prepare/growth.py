@@ -1,0 +1,149 @@
+"""Growing a prepared table (``--append``, ``--update``): which input files it already holds, which are new.
+
+A table records every input file it was made from (uri, id key, size, mtime, ETag on
+object stores; :meth:`prep.prepare.listing.ListedFile.describe`) with the rows each
+gave (its counts and the data files of its fragments). An append lists the inputs as
+usual, under the root the table's ids were made under (so a file gets the id a
+from-scratch run over all the files would give), and keeps the files whose identity
+still matches: only the others are prepared. A file the table holds whose size, mtime
+or ETag differs is refused (one line naming it) unless ``--update`` replaces its rows.
+A job whose config or tokenizer differs from the table's is refused before anything is
+read: rows of two configs in one table would not be a from-scratch run of either.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Generic, Mapping, Sequence, TypeVar
+
+import lance
+
+from prep.contracts.table import TableMetadata, read_table_metadata
+from prep.errors import PrepError
+from prep.io import lance_tables, storage
+from prep.prepare.listing import IdRoot, ListedFile, id_root_of
+from prep.runtime.config import RUNTIME_KEYS, JobConfig
+
+__all__ = ["Prior", "Selection", "read_prior", "MADE_WITH"]
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=ListedFile)
+
+# Config keys that say where the rows go and which files to read, not how rows are made.
+_WHERE_KEYS = frozenset({"input", "output", "rejects"})
+# The job metadata keys that describe how rows are made (a job's metadata() may hold others, e.g. counts).
+MADE_WITH = ("kind", "tokenizer", "seq_len", "image", "encoded", "labels", "source_kind")
+
+
+@dataclass(frozen=True)
+class Selection(Generic[F]):
+    """What a step prepares: ``files`` in listing order, the URIs among them it ``replaced`` (changed,
+    with ``--update``) and how many listed files it keeps as they are (``unchanged``)."""
+
+    files: list[F]
+    replaced: list[str]
+    unchanged: int = 0
+
+    @classmethod
+    def everything(cls, files: Sequence[F]) -> Selection[F]:
+        """A from-scratch run: every file is new."""
+        return cls(list(files), [], 0)
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The committed table an append grows: the version it reads, and what that version says."""
+
+    uri: str
+    dataset: lance.LanceDataset
+    metadata: TableMetadata
+
+    @property
+    def version(self) -> int:
+        return int(self.dataset.version)
+
+    @property
+    def sources(self) -> dict[str, Mapping[str, Any]]:
+        return {str(s.get("uri")): s for s in self.metadata.sources}
+
+    def id_root(self) -> IdRoot:
+        """The root its row ids were made under, read back from its sources' id keys.
+
+        Raises:
+            PrepError: the table records no id keys (prep made it before ``--append`` existed).
+        """
+        roots = {id_root_of(str(s["uri"]), str(s["key"])) for s in self.metadata.sources if "key" in s}
+        if len(roots) != 1 or any("key" not in s for s in self.metadata.sources):
+            raise PrepError(f"{self.uri} records no id key per input file (prep {self.metadata.prep_version} made it, "
+                            "before --append existed): prepare it anew once with --overwrite, then append to it")
+        return roots.pop()
+
+    def check_made_like(self, cfg: JobConfig, made_with: Mapping[str, Any]) -> None:
+        """Refuses a job that would make rows differently from the table's (config, tokenizer, labels...).
+
+        Raises:
+            PrepError: one line naming the first difference and both values.
+        """
+        skip = RUNTIME_KEYS | _WHERE_KEYS
+        ours = {k: v for k, v in cfg.model_dump(mode="json", exclude={"s3"}).items() if k not in skip}
+        theirs = {k: v for k, v in self.metadata.config.items() if k not in skip}
+        recorded = self.metadata.to_json()
+        pairs = [(f"config {k}", theirs.get(k), ours.get(k)) for k in sorted(set(ours) | set(theirs))]
+        pairs += [(k, recorded.get(k), made_with.get(k)) for k in MADE_WITH if k in made_with]
+        for name, was, now in pairs:
+            if was != now:
+                raise PrepError(f"{self.uri} was made with {name}={_short(was)}, this job has {_short(now)}: appending would mix "
+                                "rows of two configs; append with the table's config, or prepare anew with --overwrite")
+
+    def select(self, files: Sequence[F], *, update: bool) -> Selection[F]:
+        """Splits ``files`` into new ones, changed ones (replaced with ``update``) and unchanged ones (skipped).
+
+        Raises:
+            PrepError: a file the table holds changed since and ``update`` is off, naming it.
+        """
+        held, chosen, changed = self.sources, [], []
+        for f in files:
+            was = held.get(f.uri)
+            if was is None or _differs(was, f):
+                chosen.append(f)
+            if was is not None and _differs(was, f):
+                changed.append(f)
+        if changed and not update:
+            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            raise PrepError(f"{changed[0].uri} changed since {self.uri} was made from it ({_differs(held[changed[0].uri], changed[0])})"
+                            f"{more}: pass --update to replace its rows, or restore the file")
+        gone = len(held.keys() - {f.uri for f in files})
+        if gone:
+            log.info("%d file(s) of %s are not among the inputs now; their rows stay", gone, self.uri)
+        return Selection(chosen, [f.uri for f in changed], len(files) - len(chosen))
+
+
+def _differs(was: Mapping[str, Any], now: ListedFile) -> str:
+    """What changed between a recorded file and its listing now ("" when nothing did)."""
+    if was.get("size") != now.size:
+        return f"size {was.get('size')} -> {now.size} bytes"
+    if was.get("etag") and now.etag and was.get("etag") != now.etag:
+        return f"ETag {was.get('etag')} -> {now.etag}"
+    if str(was.get("mtime")) != now.mtime:
+        return f"mtime {was.get('mtime')} -> {now.mtime}"
+    return ""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def read_prior(uri: str, s3: storage.S3Options) -> Prior | None:
+    """The latest committed table at ``uri``, None when there is none (then an append is a first run).
+
+    Raises:
+        PrepError: ``uri`` holds something that is not a table prep made.
+    """
+    opts = storage.lance_storage_options(uri, s3)
+    if not lance_tables.table_exists(uri, opts):
+        return None
+    ds = lance_tables.open_table(uri, storage_options=opts)
+    return Prior(uri, ds, read_table_metadata(ds, uri))
