@@ -18,6 +18,12 @@ large JSONL file, and 256 small files. For each layout and each format (``pretra
 Prints tokens/s and the ratios the goals are stated in: prep whole command vs hf (goal
 >= 1.2x faster), prep job alone vs ceiling (goal >= 0.8x), and the fixed overhead
 (whole command minus job: imports, tokenizer, start, commit; goal < 3 s).
+
+    python benchmarks/pretokenize.py --append 100,1 [--repeat 1] [--runs 3]
+
+measures growing a table instead: a table of N of the small files, then K more files
+added with ``--append`` (whole command and job alone), against preparing the K files
+alone into a table of their own (goal: a ratio near 1, not a re-read of the N files).
 """
 
 from __future__ import annotations
@@ -126,16 +132,52 @@ def run_prep(files: list[Path], fmt: str, workdir: Path) -> tuple[float, float, 
     return whole, summary["seconds"]["job"], cpu, summary["tokens"]
 
 
+def run_prep_into(inputs: list[Path], output: Path, fmt: str, workdir: Path, *flags: str) -> tuple[float, float]:
+    """(whole command seconds, job seconds) of ``prep pretokenize`` of ``inputs`` into ``output`` with ``flags``."""
+    config = workdir / f"{fmt}-{output.stem}.yaml"
+    config.write_text(json.dumps({"input": [str(f) for f in inputs], "output": str(output), "tokenizer": str(TOKENIZER), **FORMATS[fmt]}))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    whole, _, out = timed([str(PREP), "pretokenize", "--config", str(config), "--json", *flags], env)
+    return whole, json.loads(out)["seconds"]["job"]
+
+
+def measure_append(parts: list[Path], n: int, k: int, workdir: Path, runs: int) -> None:
+    """Appending ``k`` files to a table of ``n`` vs preparing the ``k`` alone (``sft``), median of ``runs``."""
+    if n + k > len(parts):
+        raise SystemExit(f"--append {n},{k}: only {len(parts)} small files")
+    grown, alone = [], []
+    for _ in range(runs):
+        folder = workdir / "append-in"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        for p in parts[:n]:
+            shutil.copy(p, folder / p.name)
+        run_prep_into([folder], workdir / "grown.lance", "sft", workdir, "--overwrite")  # the table of n (not timed)
+        for p in parts[n:n + k]:
+            shutil.copy(p, folder / p.name)
+        grown.append(run_prep_into([folder], workdir / "grown.lance", "sft", workdir, "--append"))
+        alone.append(run_prep_into([folder / p.name for p in parts[n:n + k]], workdir / "alone.lance", "sft", workdir, "--overwrite"))
+    g_whole, g_job = statistics.median(g[0] for g in grown), statistics.median(g[1] for g in grown)
+    a_whole, a_job = statistics.median(a[0] for a in alone), statistics.median(a[1] for a in alone)
+    print(f"append {k} file(s) to a table of {n} (sft, median of {runs}): whole {g_whole:.2f}s, job {g_job:.2f}s; "
+          f"the {k} file(s) alone: whole {a_whole:.2f}s, job {a_job:.2f}s; ratio whole {g_whole / a_whole:.2f}x, job {g_job / a_job:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=16)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", default="/tmp/prep-bench")
+    parser.add_argument("--append", metavar="N,K", help="measure appending K small files to a table of N instead (e.g. 100,1)")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
     layouts = make_corpus(workdir, args.repeat)
+    if args.append:
+        n, k = (int(x) for x in args.append.split(","))
+        measure_append(layouts["256 small files"], n, k, workdir, args.runs)
+        return
     print(f"GSM8K x{args.repeat}, {cores} cores, median of {args.runs} fresh processes each; tokenizer {TOKENIZER.name}")
     print(f"{'layout':<16} {'format':<9} {'ceiling':>9} {'hf whole':>9} {'prep whole':>11} {'prep job':>9}"
           f" {'prep/hf':>8} {'job/ceil':>9} {'fixed s':>8} | CPU-s/1M tok: {'ceil':>5} {'hf':>5} {'prep':>5} {'hf/prep':>8}")

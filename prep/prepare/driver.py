@@ -297,15 +297,15 @@ def where_it_ran(summary: dict[str, Any]) -> str:
 
 
 def what_it_did(summary: dict[str, Any]) -> list[str]:
-    """The first lines of a summary: the table written, or what an append added (or that it added nothing)."""
+    """The first lines of a summary: the table written, or what an append added (or that it added nothing) and the history."""
     s, step = summary, summary["step"]
     if s["mode"] not in ("append", "update"):
         return [f"wrote {s['table']} ({s['kind']})"]
     if step["version"] is None:
         return [f"nothing new: {s['table']} already holds all {step['unchanged']:,} listed file(s) as they are; no version committed"]
-    return [f"appended to {s['table']} ({s['kind']}): version {step['version']}, {step['added']:,} new file(s), "
-            f"{step['replaced']:,} replaced, {step['unchanged']:,} unchanged",
-            "  history: " + "; ".join(Step.from_json(h, s["table"]).describe() for h in s["history"])]
+    return [f"{'updated' if s['mode'] == 'update' else 'appended to'} {s['table']} ({s['kind']}): version {step['version']}, "
+            f"{step['added']:,} new file(s), {step['replaced']:,} replaced, {step['unchanged']:,} unchanged", "  history:",
+            *(f"    {Step.from_json(h, s['table']).describe()}" for h in s["history"])]
 
 
 def executor_for(cfg: JobConfig) -> Executor:
