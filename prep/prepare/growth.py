@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Mapping, Sequence, TypeVar
 
 import lance
+from pydantic import BaseModel
 
 from prep.contracts.table import TableMetadata, read_table_metadata
 from prep.errors import PrepError
@@ -89,8 +90,9 @@ class Prior:
         skip = RUNTIME_KEYS | _WHERE_KEYS
         ours = {k: v for k, v in cfg.model_dump(mode="json", exclude={"s3"}).items() if k not in skip}
         theirs = {k: v for k, v in self.metadata.config.items() if k not in skip}
+        defaults = _defaults(type(cfg))  # a key the table's prep did not have yet: it made rows as the default does
         recorded = self.metadata.to_json()
-        pairs = [(f"config {k}", theirs.get(k), ours.get(k)) for k in sorted(set(ours) | set(theirs))]
+        pairs = [(f"config {k}", theirs.get(k, defaults.get(k)), ours.get(k)) for k in sorted(set(ours) | set(theirs))]
         pairs += [(k, recorded.get(k), made_with.get(k)) for k in MADE_WITH if k in made_with]
         for name, was, now in pairs:
             if was != now:
@@ -118,6 +120,16 @@ class Prior:
         if gone:
             log.info("%d file(s) of %s are not among the inputs now; their rows stay", gone, self.uri)
         return Selection(chosen, [f.uri for f in changed], len(files) - len(chosen))
+
+
+def _defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON form of each field's default (fields without one left out)."""
+    out = {}
+    for name, f in model.model_fields.items():
+        if not f.is_required():
+            value = f.get_default(call_default_factory=True)
+            out[name] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    return out
 
 
 def _differs(was: Mapping[str, Any], now: ListedFile) -> str:
