@@ -107,15 +107,15 @@ def test_a_changed_file_is_refused_and_update_replaces_exactly_its_rows(corpus, 
     out = tmp_path / "t.lance"
     cfg = config(corpus, out, tokenizer_dir)
     run_pretokenize(cfg)
-    b_rows = rows(str(out)) - rows(from_scratch(config(corpus / "a.jsonl", tmp_path / "a.lance", tokenizer_dir), tmp_path / "a.lance").output)
-    write(corpus / "a.jsonl", 0, 14)  # two more rows, the bad line fixed
+    before = rows(str(out))
+    write(corpus / "a.jsonl", 0, 14)  # the same 12 rows first, then two more where the bad line was
     write(corpus / "c.jsonl", 40, 3)
     with pytest.raises(PrepError, match=r"a\.jsonl changed since .* \(size .* bytes\): pass --update"):
         run_pretokenize(changed(cfg, append=True))
     assert lance.dataset(out).version == 1
     summary = run_pretokenize(changed(cfg, update=True))
     ref = from_scratch(cfg, tmp_path / "ref.lance")
-    assert rows(str(out)) == rows(ref.output) and b_rows <= rows(str(out))
+    assert rows(str(out)) == rows(ref.output) and before < rows(str(out))  # rows that did not move keep their ids
     assert rejects(cfg.rejects_uri) == rejects(ref.rejects_uri) == []
     assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 1, "rows_added": 17, "rows_removed": 12}
     assert "replaced 1 file (a.jsonl), +17 rows, -12 rows" in format_summary(summary)
@@ -181,6 +181,21 @@ def test_a_table_without_id_keys_is_refused_with_the_way_out(corpus, tokenizer_d
     write(corpus / "c.jsonl", 20, 3)
     with pytest.raises(PrepError, match="records no id key per input file .* prepare it anew once with --overwrite"):
         run_pretokenize(changed(cfg, append=True))
+
+
+def test_a_config_key_the_tables_prep_did_not_have_compares_as_its_default(corpus, tokenizer_dir, tmp_path):
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    ds = lance.dataset(out)
+    meta = json.loads(ds.schema.metadata[b"prep"])
+    del meta["config"]["text_unit"], meta["config"]["passthrough"]  # as a prep before those keys existed wrote it
+    ds.update_schema_metadata({"prep": json.dumps(meta)})
+    write(corpus / "c.jsonl", 20, 3)
+    assert run_pretokenize(changed(cfg, append=True))["step"]["added"] == 1
+    with pytest.raises(PrepError, match="was made with config text_unit='paragraph', this job has 'line'"):
+        write(corpus / "d.jsonl", 23, 3)
+        run_pretokenize(changed(cfg, append=True, text_unit="line"))
 
 
 def test_the_cli_takes_append_and_update_and_refuses_them_with_overwrite(corpus, tokenizer_dir, tmp_path, capsys):
