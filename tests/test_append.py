@@ -18,6 +18,7 @@ import pytest
 
 from conftest import GSM8K, REPO
 from prep.cli import main
+from prep.contracts.ownership import LeaseHeld, take_lease
 from prep.errors import PrepError
 from prep.io import storage
 from prep.prepare import faults
@@ -167,6 +168,21 @@ def test_an_append_to_no_table_is_a_first_run(corpus, tokenizer_dir, tmp_path):
     cfg = config(corpus, tmp_path / "t.lance", tokenizer_dir, append=True)
     summary = run_pretokenize(cfg)
     assert summary["step"]["version"] == 1 and rows(cfg.output) == rows(from_scratch(cfg, tmp_path / "ref.lance").output)
+
+
+def test_an_append_while_another_writes_the_table_fails_at_once_and_changes_nothing(corpus, tokenizer_dir, tmp_path):
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    write(corpus / "c.jsonl", 20, 3)
+    other = take_lease(str(out), "pretokenize")  # another append, alive and writing
+    try:
+        with pytest.raises(LeaseHeld, match="is being written by pretokenize"):
+            run_pretokenize(changed(cfg, append=True))
+    finally:
+        other.release()
+    assert lance.dataset(out).version == 1
+    assert run_pretokenize(changed(cfg, append=True))["step"]["version"] == 2
 
 
 def test_a_table_without_id_keys_is_refused_with_the_way_out(corpus, tokenizer_dir, tmp_path):
