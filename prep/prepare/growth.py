@@ -13,6 +13,7 @@ read: rows of two configs in one table would not be a from-scratch run of either
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Generic, Mapping, Sequence, TypeVar
@@ -61,12 +62,9 @@ class Prior:
     dataset: lance.LanceDataset
     metadata: TableMetadata
 
-    @property
-    def version(self) -> int:
-        return int(self.dataset.version)
-
-    @property
+    @functools.cached_property
     def sources(self) -> dict[str, Mapping[str, Any]]:
+        """The recorded input files by URI."""
         return {str(s.get("uri")): s for s in self.metadata.sources}
 
     def id_root(self) -> IdRoot:
@@ -75,10 +73,13 @@ class Prior:
         Raises:
             PrepError: the table records no id keys (prep made it before ``--append`` existed).
         """
-        roots = {id_root_of(str(s["uri"]), str(s["key"])) for s in self.metadata.sources if "key" in s}
-        if len(roots) != 1 or any("key" not in s for s in self.metadata.sources):
+        if not self.metadata.sources or any("key" not in s for s in self.metadata.sources):
             raise PrepError(f"{self.uri} records no id key per input file (prep {self.metadata.prep_version} made it, "
                             "before --append existed): prepare it anew once with --overwrite, then append to it")
+        roots = {id_root_of(str(s["uri"]), str(s["key"])) for s in self.metadata.sources}
+        if len(roots) != 1:
+            raise PrepError(f"{self.uri} records id keys under {len(roots)} roots ({sorted(str(r.path) for r in roots)[:3]}): "
+                            "its metadata was edited or is corrupt; prepare it anew with --overwrite")
         return roots.pop()
 
     def check_made_like(self, cfg: JobConfig, made_with: Mapping[str, Any]) -> None:
@@ -107,19 +108,19 @@ class Prior:
         """
         held, chosen, changed = self.sources, [], []
         for f in files:
-            was = held.get(f.uri)
-            if was is None or _differs(was, f):
+            how = _differs(held[f.uri], f) if f.uri in held else ""
+            if f.uri not in held or how:
                 chosen.append(f)
-            if was is not None and _differs(was, f):
-                changed.append(f)
+            if how:
+                changed.append((f.uri, how))
         if changed and not update:
             more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-            raise PrepError(f"{changed[0].uri} changed since {self.uri} was made from it ({_differs(held[changed[0].uri], changed[0])})"
-                            f"{more}: pass --update to replace its rows, or restore the file")
+            raise PrepError(f"{changed[0][0]} changed since {self.uri} was made from it ({changed[0][1]}){more}: "
+                            "pass --update to replace its rows, or restore the file")
         gone = len(held.keys() - {f.uri for f in files})
         if gone:
             log.info("%d file(s) of %s are not among the inputs now; their rows stay", gone, self.uri)
-        return Selection(chosen, [f.uri for f in changed], len(files) - len(chosen))
+        return Selection(chosen, [uri for uri, _ in changed], len(files) - len(chosen))
 
 
 def _defaults(model: type[BaseModel]) -> dict[str, Any]:
@@ -136,8 +137,8 @@ def _differs(was: Mapping[str, Any], now: ListedFile) -> str:
     """What changed between a recorded file and its listing now ("" when nothing did)."""
     if was.get("size") != now.size:
         return f"size {was.get('size')} -> {now.size} bytes"
-    if was.get("etag") and now.etag and was.get("etag") != now.etag:
-        return f"ETag {was.get('etag')} -> {now.etag}"
+    if was.get("etag") and now.etag:  # the object store's content tag: a rewrite of the same bytes is no change
+        return f"ETag {was.get('etag')} -> {now.etag}" if was.get("etag") != now.etag else ""
     if str(was.get("mtime")) != now.mtime:
         return f"mtime {was.get('mtime')} -> {now.mtime}"
     return ""
