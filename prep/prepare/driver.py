@@ -34,7 +34,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Protocol
 
 import pyarrow as pa
 
@@ -46,14 +46,14 @@ from prep.runtime.config import JobConfig, config_hash
 from prep.errors import PrepError
 from prep.runtime.progress import Bar
 from prep.prepare import faults
-from prep.prepare.growth import Prior, read_prior
+from prep.prepare.growth import Growth, Prior, read_prior, reject_counts, rejects_base, without_sources
 from prep.prepare.isolation import Limits
 from prep.prepare.chunk_runner import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
 from prep.contracts.ownership import Lease, claim_outputs, hold
 from prep.prepare.rejects import REJECTS_SCHEMA, check_budget
 from prep.runtime.ray_cluster import use_ray
 
-__all__ = ["ChunkPlan", "PrepareJob", "Growth", "run_prepare", "executor_for", "where_it_ran", "what_it_did", "check_apart",
+__all__ = ["ChunkPlan", "PrepareJob", "run_prepare", "executor_for", "check_apart",
            "rejects_without_table", "commit_and_reconcile"]
 
 log = logging.getLogger(__name__)
@@ -238,38 +238,6 @@ def _next_version(uri: str, opts: dict[str, str] | None) -> int:
     return int(lance_tables.open_table(uri, storage_options=opts).latest_version) + 1 if lance_tables.table_exists(uri, opts) else 1
 
 
-@dataclass(frozen=True)
-class Growth:
-    """What a step on top of ``prior`` keeps and replaces: the sources' recorded rows it removes."""
-
-    prior: Prior
-    replaced: tuple[str, ...]
-    removed: Mapping[str, int]
-
-    @classmethod
-    def of(cls, prior: Prior, replaced: list[str]) -> Growth:
-        """Raises PrepError when a replaced file's rows were not recorded (chunks that mix files)."""
-        removed: Counter = Counter()
-        for uri in replaced:
-            recorded = prior.sources[uri]
-            if "data_files" not in recorded:
-                raise PrepError(f"{uri} changed, but {prior.uri} does not record which rows it gave (its chunks mix files): "
-                                "--update cannot replace them; prepare the table anew with --overwrite")
-            removed.update(recorded.get("counts") or {})
-        return cls(prior, tuple(replaced), dict(removed))
-
-    def kept_sources(self) -> list[dict[str, Any]]:
-        return [dict(s) for s in self.prior.metadata.sources if s.get("uri") not in self.replaced]
-
-    def totals(self, step: Mapping[str, int]) -> dict[str, int]:
-        """The table's counts after the step: the prior's, less the replaced files', plus the step's."""
-        had = self.prior.metadata.counts
-        return {k: int(had.get(k, 0)) - int(self.removed.get(k, 0)) + int(step.get(k, 0)) for k in sorted(set(had) | set(step))}
-
-    def removed_data_files(self) -> set[str]:
-        return {p for uri in self.replaced for p in self.prior.sources[uri].get("data_files", [])}
-
-
 def _advance(bar: Bar, t0: float) -> Callable[[ChunkResult], None]:
     """Moves ``bar`` one chunk per result, showing rows written so far and tokens/s (when the job counts tokens)."""
     totals: Counter = Counter()
@@ -287,25 +255,6 @@ def _advance(bar: Bar, t0: float) -> Callable[[ChunkResult], None]:
 def _absolute(uri: str) -> str:
     """``uri`` as workers must see it: a sandbox or Ray worker outlives this call's working directory."""
     return uri if storage.is_remote(uri) else os.path.abspath(uri)
-
-
-def where_it_ran(summary: dict[str, Any]) -> str:
-    """The start of a summary's time line: ``on Ray (start 3.1s), `` or ``on this machine, ``."""
-    if summary["executor"] == "ray":
-        return f"on Ray (start {summary['seconds']['ray_start']}s), "
-    return "on this machine, "
-
-
-def what_it_did(summary: dict[str, Any]) -> list[str]:
-    """The first lines of a summary: the table written, or what an append added (or that it added nothing) and the history."""
-    s, step = summary, summary["step"]
-    if s["mode"] not in ("append", "update"):
-        return [f"wrote {s['table']} ({s['kind']})"]
-    if step["version"] is None:
-        return [f"nothing new: {s['table']} already holds all {step['unchanged']:,} listed file(s) as they are; no version committed"]
-    return [f"{'updated' if s['mode'] == 'update' else 'appended to'} {s['table']} ({s['kind']}): version {step['version']}, "
-            f"{step['added']:,} new file(s), {step['replaced']:,} replaced, {step['unchanged']:,} unchanged", "  history:",
-            *(f"    {Step.from_json(h, s['table']).describe()}" for h in s["history"])]
 
 
 def executor_for(cfg: JobConfig) -> Executor:
@@ -374,13 +323,13 @@ def commit_and_reconcile(
     """
     rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
     reject_fragments = [f for r in results for f in r.reject_fragments]
-    base = _rejects_base(growth, rejects, rejects_opts)
+    base = rejects_base(growth, rejects, rejects_opts)
     if base is None:
         rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
         had_rows = had_files = 0
     else:
-        keep, intact = _without_sources(base, growth.replaced if growth else ())
-        had_rows, had_files = _reject_counts(base, growth.replaced if growth else ())
+        keep, intact = without_sources(base, growth.replaced if growth else ())
+        had_rows, had_files = reject_counts(base, growth.replaced if growth else ())
         rej = lance_tables.commit_grown(base, REJECTS_SCHEMA, keep, reject_fragments, metadata=RejectsMetadata(of=output),
                                         intact=intact, storage_options=rejects_opts)
     faults.maybe_raise("commit", "rejects")
@@ -405,7 +354,7 @@ def commit_and_reconcile(
     removed_rows = base_table.count_rows() - sum(f.physical_rows - (f.deletion_file.num_deleted_rows if f.deletion_file else 0) for f in kept)
     _check("rows the replaced files gave (recorded)", int(growth.removed.get("rows_written", 0)), "rows of their fragments", removed_rows)
     _check("rejected rows the replaced files gave (recorded)", int(growth.removed.get("rows_rejected", 0)), f"their rows in {rejects}",
-           _reject_counts(base, ())[0] - had_rows if base is not None else 0)
+           reject_counts(base, ())[0] - had_rows if base is not None else 0)
     metadata = _stamped(metadata, rej.version)
     table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=metadata, intact=len(kept) == len(base_table.get_fragments()),
                                       storage_options=output_opts)
@@ -425,40 +374,6 @@ def _stamped(metadata: TableMetadata, rejects_version: int) -> TableMetadata:
         return metadata
     last = dataclasses.replace(metadata.history[-1], rejects_version=int(rejects_version))
     return dataclasses.replace(metadata, history=metadata.history[:-1] + (last,))
-
-
-def _rejects_base(growth: Growth | None, rejects: str, opts: dict[str, str] | None) -> Any:
-    """The rejects version a growing step builds on: the one the table's last step names (a later
-    one is a killed step's), else the latest; None when there is none (a first run)."""
-    if growth is None or not lance_tables.table_exists(rejects, opts):
-        return None
-    return lance_tables.open_table(rejects, version=growth.prior.metadata.history[-1].rejects_version, storage_options=opts)
-
-
-def _source_filter(uris: tuple[str, ...]) -> str:
-    return "source IN (" + ", ".join("'" + u.replace("'", "''") + "'" for u in uris) + ")"
-
-
-def _without_sources(ds: Any, uris: tuple[str, ...]) -> tuple[list[Any], bool]:
-    """``ds``'s fragments with the rows whose ``source`` is in ``uris`` deleted; and whether none was."""
-    if not uris:
-        return [f.metadata for f in ds.get_fragments()], True
-    keep, intact, where = [], True, _source_filter(uris)
-    for f in ds.get_fragments():
-        hit = f.count_rows(filter=where)
-        intact = intact and not hit
-        if not hit:
-            keep.append(f.metadata)
-        elif hit < f.count_rows():
-            keep.append(f.delete(where))
-    return keep, intact
-
-
-def _reject_counts(ds: Any, without: tuple[str, ...]) -> tuple[int, int]:
-    """``(row rejects, file rejects)`` in ``ds``, leaving out those of the sources ``without``."""
-    extra = f" AND NOT ({_source_filter(without)})" if without else ""
-    rows = ds.count_rows(filter="position != 'file'" + extra)
-    return rows, ds.count_rows(filter="position = 'file'" + extra)
 
 
 def _reasons(rejects: Any) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Generic, Mapping, Sequence, TypeVar
 
@@ -27,7 +28,7 @@ from prep.io import lance_tables, storage
 from prep.prepare.listing import IdRoot, ListedFile, id_root_of
 from prep.runtime.config import RUNTIME_KEYS, JobConfig
 
-__all__ = ["Prior", "Selection", "read_prior", "MADE_WITH"]
+__all__ = ["Prior", "Selection", "Growth", "read_prior", "MADE_WITH", "rejects_base", "without_sources", "reject_counts"]
 
 log = logging.getLogger(__name__)
 
@@ -160,3 +161,69 @@ def read_prior(uri: str, s3: storage.S3Options) -> Prior | None:
         return None
     ds = lance_tables.open_table(uri, storage_options=opts)
     return Prior(uri, ds, read_table_metadata(ds, uri))
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What a step on top of ``prior`` keeps and replaces: the sources' recorded rows it removes."""
+
+    prior: Prior
+    replaced: tuple[str, ...]
+    removed: Mapping[str, int]
+
+    @classmethod
+    def of(cls, prior: Prior, replaced: list[str]) -> Growth:
+        """Raises PrepError when a replaced file's rows were not recorded (chunks that mix files)."""
+        removed: Counter = Counter()
+        for uri in replaced:
+            recorded = prior.sources[uri]
+            if "data_files" not in recorded:
+                raise PrepError(f"{uri} changed, but {prior.uri} does not record which rows it gave (its chunks mix files): "
+                                "--update cannot replace them; prepare the table anew with --overwrite")
+            removed.update(recorded.get("counts") or {})
+        return cls(prior, tuple(replaced), dict(removed))
+
+    def kept_sources(self) -> list[dict[str, Any]]:
+        return [dict(s) for s in self.prior.metadata.sources if s.get("uri") not in self.replaced]
+
+    def totals(self, step: Mapping[str, int]) -> dict[str, int]:
+        """The table's counts after the step: the prior's, less the replaced files', plus the step's."""
+        had = self.prior.metadata.counts
+        return {k: int(had.get(k, 0)) - int(self.removed.get(k, 0)) + int(step.get(k, 0)) for k in sorted(set(had) | set(step))}
+
+    def removed_data_files(self) -> set[str]:
+        return {p for uri in self.replaced for p in self.prior.sources[uri].get("data_files", [])}
+
+
+def rejects_base(growth: Growth | None, rejects: str, opts: dict[str, str] | None) -> Any:
+    """The rejects version a growing step builds on: the one the table's last step names (a later
+    one is a killed step's), else the latest; None when there is none (a first run)."""
+    if growth is None or not lance_tables.table_exists(rejects, opts):
+        return None
+    return lance_tables.open_table(rejects, version=growth.prior.metadata.history[-1].rejects_version, storage_options=opts)
+
+
+def source_filter(uris: tuple[str, ...]) -> str:
+    return "source IN (" + ", ".join("'" + u.replace("'", "''") + "'" for u in uris) + ")"
+
+
+def without_sources(ds: Any, uris: tuple[str, ...]) -> tuple[list[Any], bool]:
+    """``ds``'s fragments with the rows whose ``source`` is in ``uris`` deleted; and whether none was."""
+    if not uris:
+        return [f.metadata for f in ds.get_fragments()], True
+    keep, intact, where = [], True, source_filter(uris)
+    for f in ds.get_fragments():
+        hit = f.count_rows(filter=where)
+        intact = intact and not hit
+        if not hit:
+            keep.append(f.metadata)
+        elif hit < f.count_rows():
+            keep.append(f.delete(where))
+    return keep, intact
+
+
+def reject_counts(ds: Any, without: tuple[str, ...]) -> tuple[int, int]:
+    """``(row rejects, file rejects)`` in ``ds``, leaving out those of the sources ``without``."""
+    extra = f" AND NOT ({source_filter(without)})" if without else ""
+    rows = ds.count_rows(filter="position != 'file'" + extra)
+    return rows, ds.count_rows(filter="position = 'file'" + extra)

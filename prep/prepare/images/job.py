@@ -17,7 +17,8 @@ import pyarrow as pa
 import torchvision
 
 from prep.io import storage
-from prep.prepare.driver import ChunkPlan, run_prepare, where_it_ran
+from prep.prepare.driver import ChunkPlan, run_prepare
+from prep.prepare.summary import where_it_ran
 from prep.prepare.growth import Prior
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan

@@ -23,7 +23,8 @@ from prep.io import storage
 from prep.runtime.config import ConfigModel, JobConfig
 from prep.prepare import faults
 from prep.prepare.text.formats import RowError, Segments, SFTFormatter, TextFormatter
-from prep.prepare.driver import ChunkPlan, run_prepare, what_it_did, where_it_ran
+from prep.prepare.driver import ChunkPlan, run_prepare
+from prep.prepare.summary import what_it_did, where_it_ran
 from prep.prepare.growth import Prior, Selection
 from prep.prepare.ids import stable_ids
 from prep.prepare.isolation import NO_PROGRESS, Progress
