@@ -145,7 +145,8 @@ def test_a_source_table_that_is_gone_is_one_line_naming_it(source, tmp_path):
 
 def test_a_manifest_naming_a_version_the_table_never_had_is_a_mismatch(out):
     m = _manifest(out)
-    _write_manifest(out, json.dumps({**m, "source": {**m["source"], "version": 99}}))
+    _write_manifest(out, json.dumps({**m, "source": {**m["source"], "version": 99},
+                                     "epochs": [{**e, "version": 99} for e in m["epochs"]]}))
     one_line_error(prep("verify", out), 1, "FAILED", "version 99")
 
 

@@ -242,3 +242,13 @@ def test_extend_under_the_ray_executor_writes_what_the_local_one_does(ray_local,
         [[s.checksum for s in e.splits] for e in got["local"].epochs]
     report = verify(outs["ray"])
     assert report.ok, report.problems
+
+
+def test_extend_refuses_a_version_whose_rows_differ_in_shape(grown, tmp_path):
+    table, out, _, before = grown
+    t = lance.dataset(table).to_table()
+    lance.write_dataset(t.drop_columns(["length"]), table, mode="overwrite")  # version 3: a column less
+    with pytest.raises(PrepError, match=r"--extend: version 3 of .* columns \['id', 'input_ids', 'loss_mask', 'length'\] "
+                                        r"-> \['id', 'input_ids', 'loss_mask'\]"):
+        materialize_shuffle(table=table, output=out, epochs=3, extend=True, **RUN)
+    assert files(out, range(2)) == before and not (Path(out) / "epoch-00002").exists()

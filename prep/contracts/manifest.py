@@ -286,12 +286,6 @@ def _epoch(entry: Any, num_splits: int, width: int | None, per_version: bool) ->
     epoch = entry.get("epoch") if isinstance(entry, dict) else None
     if not _int(epoch) or not isinstance(entry.get("splits"), list):
         raise PrepError(f"epoch entry {str(entry)[:60]} needs an integer epoch and a list of splits")
-    version, selected = entry.get("version"), entry.get("num_selected_rows")
-    if per_version and not (_int(version, 1) and _int(selected)):
-        raise PrepError(f"epoch {epoch} needs the table version it drew from (an integer >= 1) and its "
-                        f"num_selected_rows (an integer >= 0), got version={version!r}, num_selected_rows={selected!r}")
-    if not per_version and (version, selected) != (None, None):
-        raise PrepError(f"epoch {epoch} names a version: only a single table's {FORMAT} manifest has per-epoch versions")
     splits = [s.get("split") if isinstance(s, dict) else None for s in entry["splits"]]
     if splits != list(range(num_splits)):
         raise PrepError(f"epoch {epoch} lists splits {splits[:8]}{'...' if len(splits) > 8 else ''}, expected 0..{num_splits - 1}")
@@ -301,6 +295,12 @@ def _epoch(entry: Any, num_splits: int, width: int | None, per_version: bool) ->
         if not isinstance(path, str) or path.startswith("/") or ".." in path or not _int(n) or not isinstance(checksum, str):
             raise PrepError(f"epoch {epoch} split {s['split']}: bad path={path!r}, num_rows={n!r} or checksum={checksum!r}")
         files.append(SplitFile(split=s["split"], path=path, num_rows=n, checksum=checksum))
+    version, selected = entry.get("version"), entry.get("num_selected_rows")
+    if per_version and not (_int(version, 1) and _int(selected)):
+        raise PrepError(f"epoch {epoch} needs the table version it drew from (an integer >= 1) and its "
+                        f"num_selected_rows (an integer >= 0), got version={version!r}, num_selected_rows={selected!r}")
+    if not per_version and (version, selected) != (None, None):
+        raise PrepError(f"epoch {epoch} names a version: only a single table's {FORMAT} manifest has per-epoch versions")
     rows, tokens = _counts(entry, epoch, width)
     return Epoch(epoch=epoch, splits=tuple(files), source_rows=rows, source_tokens=tokens, version=version,
                  num_selected_rows=selected)

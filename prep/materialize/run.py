@@ -215,6 +215,7 @@ def _moved_sources(old_mix: object, plan: PlanSpec) -> str | None:
     new_mix = plan.to_json().get("mixture")
     if not isinstance(old_mix, dict) or not isinstance(old_mix.get("sources"), list) or new_mix is None:
         return None
+
     def unpinned(mix: dict) -> dict:  # the epoch size follows the versions unless the file gives it
         return {**mix, "epoch_rows": None, "sources": [{**s, "version": None} for s in mix["sources"] if isinstance(s, dict)]}
 
@@ -222,6 +223,8 @@ def _moved_sources(old_mix: object, plan: PlanSpec) -> str | None:
         return None
     moved = [f"{s['table']} version {o.get('version')} -> {s['version']}"
              for o, s in zip(old_mix["sources"], new_mix["sources"]) if o.get("version") != s["version"]]
+    if not moved:
+        return None
     if old_mix.get("epoch_rows") != new_mix["epoch_rows"]:
         moved.append(f"epoch_rows {old_mix.get('epoch_rows')} -> {new_mix['epoch_rows']}")
     return ("; ".join(moved) + ": a table grew; to go on drawing from the versions the output holds, name them "

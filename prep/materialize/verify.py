@@ -80,6 +80,14 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
     if latest != src.version:
         report.notes.append(f"source table {src.uri} is at version {latest} now; each epoch is checked against the "
                             f"version it drew from ({', '.join(map(str, manifest.versions))})")
+    sources = {}
+    for version in manifest.versions:
+        try:
+            sources[version] = lance_tables.open_table(src.uri, version=version, storage_options=opts)
+        except PrepError as exc:
+            report.problems.append(f"epochs {[e.epoch for e in manifest.epochs if e.version == version]} drew from "
+                                   f"version {version} of {src.uri}, which cannot be opened "
+                                   f"({one_line(exc, limit=200)}): they cannot be checked")
     expected = p.fingerprint(src.uri, manifest.versions[0])
     if expected != manifest.fingerprint:
         report.problems.append(f"manifest fingerprint {manifest.fingerprint} != recomputed {expected}: the manifest was edited")
@@ -88,14 +96,8 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
         report.notes.append("no id column in the output: per-row identity not checked, checksums and counts only")
     report.splits = p.num_splits
     bar = Bar(len(manifest.epochs) * p.num_splits, f"verify {len(manifest.epochs)} epochs x {p.num_splits} splits", unit="split")
-    for version in manifest.versions:
+    for version, source in sources.items():
         entries = [e for e in manifest.epochs if e.version == version]
-        try:
-            source = lance_tables.open_table(src.uri, version=version, storage_options=opts)
-        except PrepError as exc:
-            report.problems.append(f"epochs {[e.epoch for e in entries]} drew from version {version} of {src.uri}, "
-                                   f"which cannot be opened ({one_line(exc, limit=200)}): they cannot be checked")
-            continue
         if not _check_version(report, manifest, entries, path, source, s3, has_ids, bar, max_problems):
             return report
     bar.close()

@@ -18,8 +18,9 @@ from typing import Any, Mapping
 
 from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import MANIFEST, Epoch, Manifest, read_manifest
+from prep.contracts.table import read_table_metadata
 from prep.errors import PrepError
-from prep.io import storage
+from prep.io import lance_tables, storage
 from prep.materialize.rerun import check_splits
 
 __all__ = ["Lineage", "lineage", "check_kept"]
@@ -60,12 +61,27 @@ def lineage(job: Any, epochs: range, *, extend: bool, overwrite: bool) -> Lineag
         raise PrepError(f"table {job.source} is at version {job.version}, the epochs in {job.output} drew from version "
                         f"{newest}: pass --extend to add epochs planned over version {job.version} (the epochs there "
                         "stay as they are), or --overwrite to start over")
+    if job.version > newest:
+        _same_rows(prev, job)
     kept = {e.epoch: e for e in prev.epochs if e.version != job.version}
     if job.version > newest and all(e in kept for e in epochs):
         raise PrepError(f"--extend: epochs {epochs.start}..{epochs.stop - 1} are all in {job.output} already (drawn "
                         f"from version {newest}); ask for more epochs (--epochs {max(e.epoch for e in prev.epochs) + 2}) "
                         f"to add epochs over version {job.version}")
     return Lineage(prev.fingerprint, prev, kept)
+
+
+def _same_rows(prev: Manifest, job: Any) -> None:
+    """The newest version's rows batch like the old ones: the same columns, kind, tokenizer, row or image shape."""
+    meta = read_table_metadata(lance_tables.open_table(job.source, job.version, job.lance_options(job.source)), job.source)
+    old = prev.source.metadata
+    changed = [f"columns {list(prev.columns)} -> {list(job.columns)}"] if tuple(job.columns) != prev.columns else []
+    changed += [f"{key} {getattr(old, key)!r} -> {getattr(meta, key)!r}" for key in ("kind", "tokenizer", "seq_len", "image")
+                if getattr(old, key) != getattr(meta, key)]
+    if changed:
+        raise PrepError(f"--extend: version {job.version} of {job.source} does not hold rows like the epochs in "
+                        f"{job.output} (version {prev.source.version}): {'; '.join(changed)}; materialize it into "
+                        "another --output")
 
 
 def check_kept(job: Any, line: Lineage, epochs: range) -> None:
