@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import lance
@@ -17,9 +20,11 @@ from prep.contracts.manifest import FORMAT, FORMAT_V1, MANIFEST, read_manifest, 
 from prep.errors import PrepError
 from prep.io import storage
 from prep.materialize import materialize_mixture, materialize_shuffle
+from prep.materialize.faults import KILL_ENV, KILLED_EXIT
 from prep.materialize.verify import verify
 from prep.reader import ReaderDataset
 
+REPO = Path(__file__).resolve().parent.parent
 RUN = dict(splits=4, seed=5, executor="local", num_cpus=1)
 
 
@@ -252,3 +257,20 @@ def test_extend_refuses_a_version_whose_rows_differ_in_shape(grown, tmp_path):
                                         r"-> \['id', 'input_ids', 'loss_mask'\]"):
         materialize_shuffle(table=table, output=out, epochs=3, extend=True, **RUN)
     assert files(out, range(2)) == before and not (Path(out) / "epoch-00002").exists()
+
+
+@pytest.mark.slow  # a child process killed at a commit point: ~10 s here
+def test_an_extension_killed_midway_is_finished_by_the_same_command(grown, tmp_path):
+    table, out, _, before = grown
+    reference = str(tmp_path / "reference")
+    shutil.copytree(out, reference)
+    want = materialize_shuffle(table=table, output=reference, epochs=4, extend=True, **RUN)
+    env = {**os.environ, "PYTHONPATH": str(REPO), KILL_ENV: "done:3"}  # mid-epoch 2: the first epoch over version 2
+    killed = subprocess.run([sys.executable, "-m", "prep", "materialize-shuffle", "--table", table, "--output", out,
+                             "--epochs", "4", "--extend", "--splits", "4", "--seed", "5", "--executor", "local",
+                             "--num-cpus", "1"], env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == KILLED_EXIT, killed.stderr[-2000:]
+    assert read_manifest(out).epochs[-1].epoch == 1  # the manifest still holds the old epochs only
+    got = materialize_shuffle(table=table, output=out, epochs=4, extend=True, **RUN)
+    assert got.epochs == want.epochs and got.fingerprint == want.fingerprint
+    assert files(out, range(2)) == before and verify(out).ok
