@@ -219,6 +219,7 @@ def test_a_mixture_source_draws_from_the_version_it_names(tmp_path):
         materialize_mixture(mixture=pinned, output=out, extend=True, **run)
 
 
+@pytest.mark.s3
 def test_extend_on_s3(s3_bucket, tmp_path):
     table, out = f"s3://{s3_bucket}/t.lance", f"s3://{s3_bucket}/out"
     opts = storage.lance_storage_options(table)
@@ -274,3 +275,15 @@ def test_an_extension_killed_midway_is_finished_by_the_same_command(grown, tmp_p
     got = materialize_shuffle(table=table, output=out, epochs=4, extend=True, **RUN)
     assert got.epochs == want.epochs and got.fingerprint == want.fingerprint
     assert files(out, range(2)) == before and verify(out).ok
+
+
+def test_a_reader_cache_filled_before_the_extension_serves_the_extended_output(grown, tmp_path):
+    table, out, _, _ = grown
+    cache = str(tmp_path / "cache")
+    before = _ids(ReaderDataset(out, global_batch_size=8, cache_dir=cache))
+    materialize_shuffle(table=table, output=out, epochs=3, extend=True, **RUN)
+    after = ReaderDataset(out, global_batch_size=8, cache_dir=cache)  # the same materialization: the cache is kept
+    got = _ids(after)
+    assert len(got) == sum(after.steps_per_epoch.values()) > len(before)
+    assert all(np.array_equal(a, b) for a, b in zip(before, got))
+    assert sorted(p.name for p in Path(cache).glob("epoch-*")) == ["epoch-00000", "epoch-00001", "epoch-00002"]
