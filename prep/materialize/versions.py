@@ -49,7 +49,12 @@ def lineage(job: Any, epochs: range, *, extend: bool, overwrite: bool) -> Lineag
             ``extend`` asks for no epoch that is not there already.
     """
     uri = storage.join(job.output, MANIFEST)
-    prev = read_manifest(job.output, job.s3) if storage.exists(uri, job.s3) else None
+    try:
+        prev = read_manifest(job.output, job.s3) if storage.exists(uri, job.s3) else None
+    except PrepError:
+        if overwrite:  # a damaged manifest: --overwrite writes the output anew
+            return Lineage(job.fingerprint)
+        raise
     if prev is None or prev.plan != job.plan or prev.source.uri != job.source:
         return Lineage(job.fingerprint)  # a new output, or another plan: the claim decides
     newest = prev.source.version
