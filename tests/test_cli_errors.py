@@ -126,12 +126,13 @@ def test_a_damaged_split_data_file_is_one_line_naming_the_split(out, tmp_path, h
     one_line_error(prep("read", out, "--global-batch-size", "4"), 2, "split-00002.lance")
 
 
-def test_a_source_table_at_another_version_is_a_mismatch(source, tmp_path):
+def test_a_source_table_at_another_version_needs_extend(source, tmp_path):
     src = shutil.copytree(source, str(tmp_path / "t.lance"))
     out = str(tmp_path / "out")
     materialize_shuffle(table=src, output=out, epochs=1, splits=4)
     lance.write_dataset(lance.dataset(src).to_table().slice(0, 5), src, mode="append")
-    one_line_error(prep("verify", out), 1, "FAILED", src, "version 1, now at version 2")
+    one_line_error(prep("materialize-shuffle", "--table", src, "--output", out, "--epochs", "2", "--splits", "4"), 2,
+                   src, "version 2", "version 1", "--extend")
 
 
 def test_a_source_table_that_is_gone_is_one_line_naming_it(source, tmp_path):
@@ -144,7 +145,8 @@ def test_a_source_table_that_is_gone_is_one_line_naming_it(source, tmp_path):
 
 def test_a_manifest_naming_a_version_the_table_never_had_is_a_mismatch(out):
     m = _manifest(out)
-    _write_manifest(out, json.dumps({**m, "source": {**m["source"], "version": 99}}))
+    _write_manifest(out, json.dumps({**m, "source": {**m["source"], "version": 99},
+                                     "epochs": [{**e, "version": 99} for e in m["epochs"]]}))
     one_line_error(prep("verify", out), 1, "FAILED", "version 99")
 
 

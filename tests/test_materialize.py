@@ -83,7 +83,8 @@ def test_manifest_follows_the_contract(gsm, tmp_path):
     out = str(tmp_path / "out")
     materialize_shuffle(table=gsm, output=out, epochs=1, splits=4)
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert m["format"] == "prep.materialized/1" and len(m["fingerprint"]) == 16
+    assert m["format"] == "prep.materialized/2" and len(m["fingerprint"]) == 16
+    assert [(e["version"], e["num_selected_rows"]) for e in m["epochs"]] == [(1, 400)]
     assert m["source"]["uri"] == gsm and m["source"]["num_rows"] == 400 and m["source"]["metadata"]["kind"] == "sft"
     assert m["plan"] == {"num_splits": 4, "strategy": "random", "hash_columns": ["id"], "clump": 1, "seed": 0,
                          "filter": None, "columns": None}
@@ -275,11 +276,11 @@ def test_source_that_changed_version_is_noticed(tmp_path, capsys):
     out = str(tmp_path / "out")
     materialize_shuffle(table=uri, output=out, epochs=1, splits=4)
     lance.write_dataset(lance.dataset(uri).to_table().slice(0, 10), uri, mode="append")
-    report = verify(out)
-    assert not report.ok and "changed: materialized from version 1, now at version 2" in report.problems[0]
-    assert cli_main(["verify", out]) == 1
-    assert "FAILED" in capsys.readouterr().out
-    with pytest.raises(PrepError, match="source version 1 -> 2"):
+    report = verify(out)  # checked against the version it drew from, which Lance keeps
+    assert report.ok and "is at version 2 now" in report.notes[0]
+    assert cli_main(["verify", out]) == 0
+    assert "OK" in capsys.readouterr().out
+    with pytest.raises(PrepError, match="is at version 2, the epochs in .* drew from version 1: pass --extend"):
         materialize_shuffle(table=uri, output=out, epochs=2, splits=4)
 
 

@@ -103,7 +103,7 @@ def _tokenizer(manifest: dict, **values) -> dict:
 @pytest.mark.parametrize(
     "damage,says",
     [
-        (lambda m: {**m, "format": "prep.materialized/0"}, "format='prep.materialized/0', this prep reads 'prep.materialized/1'"),
+        (lambda m: {**m, "format": "prep.materialized/0"}, "format='prep.materialized/0', this prep reads 'prep.materialized/2' and 'prep.materialized/1'"),
         (lambda m: {**m, "extra": 1}, "unknown keys ['extra']"),
         (lambda m: {**m, "plan": {**m["plan"], "seed": -1}}, "seed=-1 must be >= 0"),
         (lambda m: {**m, "plan": {**m["plan"], "speed": 2}}, "plan has unknown keys ['speed']"),

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "materialize-shuffle",
         help="write shuffled epochs as per-split Lance datasets + manifest.json",
         description="Write epochs [start-epoch, start-epoch + epochs) of a seeded shuffle plan to OUTPUT.\n"
-        "Rerunning the same command finishes what a killed run left; a larger --epochs adds epochs.\n\n"
+        "Rerunning the same command finishes what a killed run left; a larger --epochs adds epochs\n"
+        "(with --extend, over the table's newest version once it grew).\n\n"
         "example:\n  prep materialize-shuffle --table out/gsm8k.lance --output out/gsm8k-epochs --epochs 3 --splits 48",
     )
     what = p.add_mutually_exclusive_group(required=True)
@@ -49,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--columns", type=_names, help="comma-separated columns to write (default: all)")
     p.add_argument("--start-epoch", type=at_least(0), default=0, help="first epoch to write (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an output that holds a different plan")
+    p.add_argument("--extend", action="store_true",
+                   help="the table grew since OUTPUT was written: plan the epochs this run adds over its newest version "
+                   "(the epochs there stay as they are, each recording its version; reader states carry over)")
     p.add_argument("--read-rows", type=at_least(1), default=READ_ROWS,
                    help=f"rows per read and per written batch (default {READ_ROWS})")
     p.add_argument("--lance-format", default=DEFAULT_LANCE_FORMAT, choices=list(LANCE_FORMATS),
@@ -72,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.time()
     options = dict(output=args.output, epochs=args.epochs, start_epoch=args.start_epoch, overwrite=args.overwrite,
+                   extend=args.extend,
                    read_rows=args.read_rows, lance_format=args.lance_format, ray_address=args.ray_address,
                    num_cpus=args.num_cpus, executor=args.executor, ray_resources=args.ray_resources)
     if args.mixture:
@@ -89,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     epochs = [e.epoch for e in manifest.epochs]
     rows = f"{manifest.num_selected_rows:,} of {manifest.source.num_rows:,} rows selected"
+    if len(manifest.versions) > 1:
+        rows += f" at version {manifest.source.version} (the epochs drew from versions {list(manifest.versions)})"
     if manifest.mixture is not None:
         print(mixture_summary(manifest))
         rows = f"{manifest.num_selected_rows:,} rows an epoch from {len(manifest.mixture)} tables"

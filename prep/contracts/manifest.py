@@ -4,17 +4,22 @@
 epochs") is written last by ``prep materialize-shuffle`` and is the only thing
 verify, prewarm and the reader trust: the plan (:class:`prep.plan.spec.PlanSpec`),
 the source table and version, and every (epoch, split) dataset with its rows and
-content checksum. A mixture's manifest also lists its tables
-(:class:`MixtureTable`) and, per epoch, the rows and tokens each source got
-(counted in the data written); a single-table manifest has neither key.
-:func:`read_manifest` is the only parser; anything wrong is one
-line naming the file and the first bad key, and telling to re-run materialize.
+content checksum. A single table's epochs each record the table version they drew
+from and the rows selected there (an output extended onto a grown table with
+``--extend`` holds epochs of several versions; ``source`` is the newest of them, and
+``fingerprint``, which reader states and caches name, stays the one of the version the
+output started on). A mixture's manifest also lists its tables
+(:class:`MixtureTable`, versions pinned once) and, per epoch, the rows and tokens each
+source got (counted in the data written); a single-table manifest has neither key.
+:func:`read_manifest` is the only parser (it also reads :data:`FORMAT_V1`, whose epochs
+all drew from ``source.version``); anything wrong is one line naming the file and the
+first bad key, and telling to re-run materialize.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prep.io import storage
@@ -24,10 +29,11 @@ from prep.contracts.ownership import MARKER
 from prep.contracts.table import TableMetadata
 from prep.plan.spec import PlanSpec
 
-__all__ = ["FORMAT", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest",
+__all__ = ["FORMAT", "FORMAT_V1", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest",
            "split_path", "vocab_size"]
 
-FORMAT = "prep.materialized/1"
+FORMAT = "prep.materialized/2"
+FORMAT_V1 = "prep.materialized/1"  # still read: no per-epoch version (every epoch drew from source.version)
 MANIFEST = "manifest.json"
 _RERUN = "rerun `prep materialize-shuffle` to rewrite it"
 _FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
@@ -60,17 +66,24 @@ class SplitFile:
 
 @dataclass(frozen=True, kw_only=True)
 class Epoch:
-    """One materialized epoch: its splits, ``splits[s].split == s``; for a mixture, the rows and
-    tokens of each source in it (``source_rows[i]``, ``source_tokens[i]``), else None."""
+    """One materialized epoch: its splits, ``splits[s].split == s``; the table version it drew from
+    and the rows selected there (None: the manifest's ``source.version`` and ``num_selected_rows``,
+    filled in by :class:`Manifest`); for a mixture, the rows and tokens of each source in it
+    (``source_rows[i]``, ``source_tokens[i]``), else None."""
 
     epoch: int
     splits: tuple[SplitFile, ...]
     source_rows: tuple[int, ...] | None = None
     source_tokens: tuple[int, ...] | None = None
+    version: int | None = None
+    num_selected_rows: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"epoch": self.epoch, "splits": [
-            {"split": s.split, "path": s.path, "num_rows": s.num_rows, "checksum": s.checksum} for s in self.splits]}
+    def to_json(self, per_version: bool = True) -> dict[str, Any]:
+        doc: dict[str, Any] = {"epoch": self.epoch}
+        if per_version:  # a single table's epoch (a mixture pins its tables' versions once, in ``mixture``)
+            doc.update(version=self.version, num_selected_rows=self.num_selected_rows)
+        doc["splits"] = [{"split": s.split, "path": s.path, "num_rows": s.num_rows, "checksum": s.checksum}
+                         for s in self.splits]
         if self.source_rows is not None:
             doc["sources"] = {"rows": list(self.source_rows), "tokens": list(self.source_tokens or ())}
         return doc
@@ -109,6 +122,26 @@ class Manifest:
     epochs: tuple[Epoch, ...]
     mixture: tuple[MixtureTable, ...] | None = None  # a mixture's tables (``source`` is the first of them)
 
+    def __post_init__(self) -> None:
+        """An epoch that names no version drew from ``source`` (what a :data:`FORMAT_V1` manifest says)."""
+        object.__setattr__(self, "epochs", tuple(
+            e if e.version is not None and e.num_selected_rows is not None else replace(
+                e, version=self.source.version if e.version is None else e.version,
+                num_selected_rows=self.num_selected_rows if e.num_selected_rows is None else e.num_selected_rows)
+            for e in self.epochs))
+
+    @property
+    def versions(self) -> tuple[int, ...]:
+        """The table versions the epochs drew from, ascending (one, unless the output was extended)."""
+        return tuple(sorted({e.version for e in self.epochs}))
+
+    def epoch_fingerprint(self, entry: Epoch) -> str:
+        """The fingerprint of the plan that wrote ``entry``: the plan over the version it drew from
+        (its done records name it); the output's own for a mixture, whose versions are pinned once."""
+        if self.mixture is not None:
+            return self.fingerprint
+        return self.plan.fingerprint(self.source.uri, entry.version)
+
     def epoch(self, epoch: int) -> Epoch:
         """The entry of ``epoch``.
 
@@ -130,7 +163,7 @@ class Manifest:
             "plan": self.plan.to_json(),
             "num_selected_rows": self.num_selected_rows,
             "columns": list(self.columns),
-            "epochs": [e.to_json() for e in self.epochs],
+            "epochs": [e.to_json(per_version=self.mixture is None) for e in self.epochs],
         }
         if self.mixture is not None:
             doc["mixture"] = {"tables": [{"uri": t.uri, "version": t.version, "num_rows": t.num_rows,
@@ -153,8 +186,9 @@ class Manifest:
 def _parse(doc: Any) -> Manifest:
     if not isinstance(doc, dict):
         raise PrepError("the top level is not a JSON object")
-    if "format" in doc and doc["format"] != FORMAT:
-        raise PrepError(f"format={doc['format']!r}, this prep reads {FORMAT!r} (written by another prep version?)")
+    if "format" in doc and doc["format"] not in (FORMAT, FORMAT_V1):
+        raise PrepError(f"format={doc['format']!r}, this prep reads {FORMAT!r} and {FORMAT_V1!r} "
+                        "(written by another prep version?)")
     missing = [k for k in _KEYS if k not in doc]
     if missing:
         raise PrepError(f"missing keys {missing}")
@@ -181,10 +215,14 @@ def _parse(doc: Any) -> Manifest:
         raise PrepError("epochs must be a non-empty list")
     mixture = _mixture(doc.get("mixture"), plan)
     width = len(mixture) if mixture is not None else None
-    epochs = tuple(sorted((_epoch(entry, plan.num_splits, width) for entry in doc["epochs"]), key=lambda e: e.epoch))
+    per_version = doc.get("format") == FORMAT and mixture is None
+    epochs = tuple(sorted((_epoch(entry, plan.num_splits, width, per_version) for entry in doc["epochs"]),
+                          key=lambda e: e.epoch))
     numbers = [e.epoch for e in epochs]
     if len(set(numbers)) != len(numbers):
         raise PrepError(f"epochs {numbers} lists an epoch twice")
+    if per_version:
+        _versions(epochs, src["version"], doc["num_selected_rows"])
     return Manifest(
         prep_version=doc["prep_version"], fingerprint=doc["fingerprint"],
         source=Source(uri=src["uri"], version=src["version"], num_rows=src["num_rows"],
@@ -234,7 +272,17 @@ def _counts(entry: dict, epoch: int, width: int | None) -> tuple[tuple[int, ...]
     return tuple(doc["rows"]), tuple(doc["tokens"])
 
 
-def _epoch(entry: Any, num_splits: int, width: int | None) -> Epoch:
+def _versions(epochs: tuple[Epoch, ...], newest: int, selected: int) -> None:
+    """``source`` is the newest version an epoch drew from, and its ``num_selected_rows`` that version's."""
+    if max(e.version for e in epochs) != newest:
+        raise PrepError(f"source.version={newest} is not the newest epoch version {max(e.version for e in epochs)}")
+    for e in epochs:
+        if e.version == newest and e.num_selected_rows != selected:
+            raise PrepError(f"epoch {e.epoch} drew {e.num_selected_rows} rows from version {newest}, "
+                            f"num_selected_rows says {selected}")
+
+
+def _epoch(entry: Any, num_splits: int, width: int | None, per_version: bool) -> Epoch:
     epoch = entry.get("epoch") if isinstance(entry, dict) else None
     if not _int(epoch) or not isinstance(entry.get("splits"), list):
         raise PrepError(f"epoch entry {str(entry)[:60]} needs an integer epoch and a list of splits")
@@ -247,8 +295,15 @@ def _epoch(entry: Any, num_splits: int, width: int | None) -> Epoch:
         if not isinstance(path, str) or path.startswith("/") or ".." in path or not _int(n) or not isinstance(checksum, str):
             raise PrepError(f"epoch {epoch} split {s['split']}: bad path={path!r}, num_rows={n!r} or checksum={checksum!r}")
         files.append(SplitFile(split=s["split"], path=path, num_rows=n, checksum=checksum))
+    version, selected = entry.get("version"), entry.get("num_selected_rows")
+    if per_version and not (_int(version, 1) and _int(selected)):
+        raise PrepError(f"epoch {epoch} needs the table version it drew from (an integer >= 1) and its "
+                        f"num_selected_rows (an integer >= 0), got version={version!r}, num_selected_rows={selected!r}")
+    if not per_version and (version, selected) != (None, None):
+        raise PrepError(f"epoch {epoch} names a version: only a single table's {FORMAT} manifest has per-epoch versions")
     rows, tokens = _counts(entry, epoch, width)
-    return Epoch(epoch=epoch, splits=tuple(files), source_rows=rows, source_tokens=tokens)
+    return Epoch(epoch=epoch, splits=tuple(files), source_rows=rows, source_tokens=tokens, version=version,
+                 num_selected_rows=selected)
 
 
 def read_manifest(path: str, s3: storage.S3Options | None = None) -> Manifest:

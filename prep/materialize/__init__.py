@@ -30,6 +30,7 @@ Modules:
 - :mod:`prep.materialize.table`: a single table's run (``materialize_shuffle``)
 - :mod:`prep.materialize.mixture`: a mixture's run (``materialize_mixture``): several tables by weight
 - :mod:`prep.materialize.rerun`: which done splits a rerun may trust
+- :mod:`prep.materialize.versions`: a table that grew: ``--extend``, the epochs a run keeps, the output's fingerprint
 - :mod:`prep.materialize.resolved`: the :class:`ResolvedTable` tasks receive, the calls executors run, the per-worker dataset cache
 - :mod:`prep.materialize.rows`: reading selected rows, ids, hash keys; the filter sidecar
 - :mod:`prep.materialize.held`: rows held in memory, taken into a split's read order

@@ -128,6 +128,9 @@ class MixtureRun:
 
     def resolve(self, output: str, options: RunOptions, s3: storage.S3Options) -> ResolvedMixture:
         """Opens and checks the tables, pins the plan (versions, epoch size)."""
+        if options.extend:
+            raise PrepError("--extend works with --table: a mixture names the table version of each source "
+                            "(`version:` in the mixture file; default: the newest when first materialized)")
         plan = self.plan
         if plan.mixture.epoch_rows is not None:
             check_plannable(plan.mixture.epoch_rows, "mixture")

@@ -9,8 +9,9 @@
       - {table: out/alpaca-sft.lance, weight: 1, filter: "length <= 1024", max_repeats: 2}
 
 Optional top-level keys: ``epoch_rows`` or ``epoch_tokens`` (default: as many rows as
-the sources hold together), ``seed`` (0), ``clump`` (1). Per source: ``filter``,
-``columns``, ``max_repeats``. An unknown or missing key is a one-line error naming the
+the sources hold together), ``seed`` (0), ``clump`` (1). Per source: ``version`` (the
+table version to draw from; default: its newest when materialized, which the manifest
+records), ``filter``, ``columns``, ``max_repeats``. An unknown or missing key is a one-line error naming the
 file and the key (:func:`prep.runtime.config.load_config`); the values are checked once,
 by the plan they become (:class:`prep.plan.spec.MixtureSpec`), also one line naming the
 file, the key and the value (and, for a number YAML read as text, such as ``1e-3``, how to
@@ -43,6 +44,7 @@ class SourceEntry(_Keys):
 
     table: Any
     weight: Any
+    version: Any = None
     filter: Any = None
     columns: Any = None
     max_repeats: Any = None
@@ -68,7 +70,7 @@ class MixtureFile(_Keys):
     def plan(self, num_splits: int) -> PlanSpec:
         """The plan of this file with ``num_splits`` splits (table versions not pinned yet)."""
         return PlanSpec(num_splits=num_splits, seed=self.seed, clump=self.clump, mixture=MixtureSpec(
-            sources=tuple(MixtureSource(table=s.table, weight=s.weight, filter=s.filter, columns=s.columns,
+            sources=tuple(MixtureSource(table=s.table, weight=s.weight, version=s.version, filter=s.filter, columns=s.columns,
                                         max_repeats=s.max_repeats)
                           for s in self.sources),
             weight_by=self.weight_by, global_batch=self.global_batch, epoch_rows=self.epoch_rows,

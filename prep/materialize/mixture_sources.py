@@ -86,7 +86,11 @@ def _open(index: int, src: MixtureSource, s3: storage.S3Options, need_lengths: b
     if not storage.is_remote(uri) and not os.path.exists(uri):
         raise PrepError(f"mixture source {index} table {src.table}: no such path; pass a prepared Lance table")
     opts = storage.lance_storage_options(uri, s3)
-    version = src.version or lance_tables.open_table(uri, storage_options=opts).version
+    newest = lance_tables.open_table(uri, storage_options=opts).version
+    version = src.version or newest
+    if version > newest:
+        raise PrepError(f"mixture source {index} table {src.table}: version {version} does not exist (its newest is "
+                        f"{newest}); name a version up to {newest}, or leave version out for the newest")
     ds = lance_tables.open_table(uri, version=version, storage_options=opts)
     addresses = None
     if src.filter:

@@ -36,6 +36,10 @@ class RunOptions:
         epochs: number of epochs to write in this run (>= 1).
         start_epoch: first epoch of this run (default 0).
         overwrite: replace an output that holds a different plan (default False).
+        extend: the table grew since the output was written: plan the epochs this run adds over
+            its newest version, keeping the epochs already there as they are (default False:
+            a newer table version is refused). A single table only: a mixture names its
+            tables' versions (``version:`` per source).
         s3: S3 endpoint/keys (default: the AWS environment).
         read_rows: rows per read and per written batch (default :data:`READ_ROWS`).
         lance_format: data storage version of the split datasets (default ``"2.0"``:
@@ -56,6 +60,7 @@ class RunOptions:
     epochs: int
     start_epoch: int = 0
     overwrite: bool = False
+    extend: bool = False
     s3: "S3Options | None" = None
     read_rows: int = READ_ROWS
     lance_format: str = DEFAULT_LANCE_FORMAT

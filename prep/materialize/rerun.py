@@ -11,14 +11,14 @@ read per split, not a scan (``prep verify`` compares contents).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Iterable
 
 from prep.contracts.done import DoneRecord, done_path, read_done
 from prep.errors import PrepError, one_line
 from prep.io import lance_tables, storage
 from prep.contracts.manifest import split_path
 
-__all__ = ["sound_done_records"]
+__all__ = ["sound_done_records", "check_splits"]
 
 log = logging.getLogger("prep.materialize")
 
@@ -37,10 +37,10 @@ def _listing(job: Any, epoch: int) -> dict[str, int]:
     return {name[start:]: int(info["size"]) for name, info in found.items() if info.get("type") != "directory"}
 
 
-def _unsound(job: Any, record: DoneRecord, listing: dict[str, int]) -> str | None:
+def _unsound(job: Any, record: DoneRecord, listing: dict[str, int], fingerprint: str) -> str | None:
     """Why the split of ``record`` cannot be trusted (None: it can), given the files of its epoch folder."""
-    if record.fingerprint != job.fingerprint:
-        return f"its done record is of another plan ({record.fingerprint}, this run {job.fingerprint})"
+    if record.fingerprint != fingerprint:
+        return f"its done record is of another plan ({record.fingerprint}, expected {fingerprint})"
     for name, size in sorted(record.files.items()):
         got = listing.get(f"{record.path}/{name}")
         if got is None:
@@ -57,22 +57,32 @@ def _unsound(job: Any, record: DoneRecord, listing: dict[str, int]) -> str | Non
     return None
 
 
-def sound_done_records(job: Any, epochs: range) -> dict[tuple[int, int], DoneRecord]:
-    """The done records of ``epochs`` whose splits are whole (see the module docstring); the others are logged."""
+def check_splits(job: Any, epoch: int, fingerprint: str) -> dict[int, DoneRecord | str]:
+    """Each split of ``epoch`` that has a done record: the record when the split is whole under the plan
+    ``fingerprint``, else why not (splits without a record are left out: not written yet)."""
+    listing = _listing(job, epoch)
+    out: dict[int, DoneRecord | str] = {}
+    for s in range(job.plan.num_splits):
+        if done_path(epoch, s) not in listing:
+            continue
+        try:
+            record = read_done(job.output, epoch, s, job.s3)
+        except PrepError as exc:
+            out[s] = one_line(exc, limit=200)
+            continue
+        why = _unsound(job, record, listing, fingerprint) if record is not None else "its done record is gone"
+        out[s] = record if why is None else why
+    return out
+
+
+def sound_done_records(job: Any, epochs: Iterable[int]) -> dict[tuple[int, int], DoneRecord]:
+    """The done records of ``epochs`` whose splits are whole under this run's plan (see the module
+    docstring); the others are logged."""
     done: dict[tuple[int, int], DoneRecord] = {}
     for e in epochs:
-        listing = _listing(job, e)
-        for s in range(job.plan.num_splits):
-            if done_path(e, s) not in listing:
-                continue
-            try:
-                record = read_done(job.output, e, s, job.s3)
-            except PrepError as exc:
-                why = one_line(exc, limit=200)
+        for s, found in check_splits(job, e, job.fingerprint).items():
+            if isinstance(found, DoneRecord):
+                done[(e, s)] = found
             else:
-                why = _unsound(job, record, listing) if record is not None else "its done record is gone"
-            if why is None:
-                done[(e, s)] = record
-            else:
-                log.warning("epoch %d split %d: %s; writing it again", e, s, why)
+                log.warning("epoch %d split %d: %s; writing it again", e, s, found)
     return done

@@ -16,7 +16,7 @@ from prep.io import lance_tables
 
 from prep.io import storage
 from prep.errors import PrepError, one_line
-from prep.contracts.manifest import Manifest
+from prep.contracts.manifest import Epoch, Manifest
 from prep.materialize.options import DEFAULT_LANCE_FORMAT, READ_ROWS
 from prep.plan.spec import PlanSpec
 
@@ -84,11 +84,14 @@ class TaskExecutor(Protocol):
         """The calls' results in order; the first failure is raised as one line naming its ``where``."""
 
 
-def resolved_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None = None) -> ResolvedTable:
-    """A :class:`ResolvedTable` describing the run that wrote ``manifest`` (no filter sidecar)."""
+def resolved_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None = None,
+                          epoch: Epoch | None = None) -> ResolvedTable:
+    """A :class:`ResolvedTable` describing the run that wrote ``epoch`` of ``manifest`` (default: its
+    newest epochs), over the table version that epoch drew from (no filter sidecar)."""
+    entry = epoch or next(e for e in manifest.epochs if e.version == manifest.source.version)
     return ResolvedTable(
-        source=manifest.source.uri, version=manifest.source.version, columns=manifest.columns, plan=manifest.plan,
-        num_selected=manifest.num_selected_rows, output=path, fingerprint=manifest.fingerprint,
+        source=manifest.source.uri, version=entry.version, columns=manifest.columns, plan=manifest.plan,
+        num_selected=entry.num_selected_rows, output=path, fingerprint=manifest.epoch_fingerprint(entry),
         s3=(s3 or storage.S3Options()).resolved(),
     )
 

@@ -13,7 +13,9 @@ or :class:`prep.materialize.mixture.MixtureRun`) and the run's options
 5. manifest: written last, atomically, then ``_work`` is removed.
 
 A rerun thus finishes what a killed run left, rewrites a split that is missing or
-damaged, and an extended run only adds epochs.
+damaged, and an extended run only adds epochs. A table that grew since is refused,
+unless ``extend``: the new epochs are then planned over its newest version and the
+others kept as they are (:mod:`prep.materialize.versions`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from typing import Callable, Mapping, Protocol, Sequence
 
 from prep.io import storage
@@ -34,6 +37,7 @@ from prep.materialize.faults import kill_point
 from prep.materialize.resolved import TaskExecutor
 from prep.materialize.options import RunOptions
 from prep.materialize.rerun import sound_done_records
+from prep.materialize.versions import Lineage, check_kept, lineage
 from prep.plan.spec import PlanSpec
 from prep.runtime.progress import Bar
 from prep.runtime.ray_cluster import use_ray
@@ -94,11 +98,14 @@ def materialize(what: Run, options: RunOptions) -> Manifest:
 def _materialize(what: Run, options: RunOptions, output: str, s3: storage.S3Options) -> Manifest:
     old = existing_output(output, s3)
     job = what.resolve(output, options, s3)
-    claim(job, old, overwrite=options.overwrite)
     epochs = options.epoch_range
+    line = lineage(job, epochs, extend=options.extend, overwrite=options.overwrite)
+    claim(job, old, overwrite=options.overwrite, continues=line.previous is not None)
     job = what.prepare(job, epochs)
-    done = sound_done_records(job, epochs)
-    todo = [(e, s) for e in epochs for s in range(job.plan.num_splits) if (e, s) not in done]
+    check_kept(job, line, epochs)
+    mine = [e for e in epochs if e not in line.kept]
+    done = sound_done_records(job, mine)
+    todo = [(e, s) for e in mine for s in range(job.plan.num_splits) if (e, s) not in done]
     on_ray = options.executor == "ray" or (options.executor == "auto" and use_ray(options.ray_address))
     log.info("%s %s: %d of %d splits to write (%s)", what.name, job.fingerprint, len(todo),
              len(epochs) * job.plan.num_splits, "Ray" if on_ray else "local")
@@ -108,7 +115,7 @@ def _materialize(what: Run, options: RunOptions, output: str, s3: storage.S3Opti
                  unit="split") as bar, executor_for(options, on_ray) as executor:
             done.update({(r.epoch, r.split): r for r in what.write(job, todo, executor, bar.update)})
         log.info("wrote %d splits in %.1fs", len(todo), time.time() - t0)
-    manifest = what.manifest(job, _epochs(job, epochs, done))
+    manifest = replace(what.manifest(job, _epochs(job, line, mine, done)), fingerprint=line.fingerprint)
     write_manifest(job.output, manifest, job.s3)
     kill_point("manifest")
     fs, work = storage.filesystem(storage.join(job.output, WORK), job.s3)
@@ -128,13 +135,11 @@ def executor_for(options: RunOptions, on_ray: bool) -> TaskExecutor:
     return LocalExecutor(options.num_cpus)
 
 
-def _epochs(job: ResolvedRun, epochs: range, done: Mapping[tuple[int, int], DoneRecord]) -> tuple[Epoch, ...]:
-    """This run's epochs, from their done records, plus those an earlier run of the same plan wrote."""
-    out: dict[int, Epoch] = {}
-    if storage.exists(storage.join(job.output, MANIFEST), job.s3):
-        prev = read_manifest(job.output, job.s3)
-        if prev.fingerprint == job.fingerprint:
-            out = {e.epoch: e for e in prev.epochs}
+def _epochs(job: ResolvedRun, line: Lineage, epochs: Sequence[int],
+            done: Mapping[tuple[int, int], DoneRecord]) -> tuple[Epoch, ...]:
+    """This run's epochs, from their done records (drawn from this run's version: the manifest fills it
+    in), plus those an earlier run of the same plan wrote."""
+    out: dict[int, Epoch] = {e.epoch: e for e in line.previous.epochs} if line.previous is not None else {}
     for e in epochs:
         recs = [done[(e, s)] for s in range(job.plan.num_splits)]
         files = tuple(SplitFile(split=r.split, path=r.path, num_rows=r.num_rows, checksum=r.checksum) for r in recs)
@@ -174,10 +179,11 @@ def existing_output(output: str, s3: storage.S3Options) -> dict | None:
     )
 
 
-def claim(job: ResolvedRun, old: dict | None, *, overwrite: bool) -> None:
-    """Makes ``job.output`` this run's: the same plan is resumed; a different one is refused
+def claim(job: ResolvedRun, old: dict | None, *, overwrite: bool, continues: bool = False) -> None:
+    """Makes ``job.output`` this run's: the same plan is resumed (``continues``: the same plan over the
+    newer version of a table that grew, see :mod:`prep.materialize.versions`); a different one is refused
     unless ``overwrite``, which removes only prep's files; then the job marker is written."""
-    if old is not None and old.get("fingerprint") != job.fingerprint:
+    if old is not None and old.get("fingerprint") != job.fingerprint and not continues:
         if not overwrite:
             raise PrepError(f"output {job.output} holds a different plan (fingerprint {old.get('fingerprint')}, this run "
                             f"{job.fingerprint}: {_differences(old, job)}); pass --overwrite to replace it or choose another --output")
@@ -197,8 +203,32 @@ def _differences(old: dict, job: ResolvedRun) -> str:
     if old_src.get("version") != job.version:
         why.append(f"source version {old_src.get('version')} -> {job.version} (the table changed since)")
     old_plan = old.get("plan") if isinstance(old.get("plan"), dict) else {}
+    moved = _moved_sources(old_plan.get("mixture"), job.plan)
+    if moved:
+        return moved
     why += [f"{k} {old_plan.get(k)!r} -> {v!r}" for k, v in job.plan.to_json().items() if old_plan.get(k) != v]
     return "; ".join(why) or "different"
+
+
+def _moved_sources(old_mix: object, plan: PlanSpec) -> str | None:
+    """When two mixtures differ only in their tables' versions: which moved, and how to keep the old ones."""
+    new_mix = plan.to_json().get("mixture")
+    if not isinstance(old_mix, dict) or not isinstance(old_mix.get("sources"), list) or new_mix is None:
+        return None
+
+    def unpinned(mix: dict) -> dict:  # the epoch size follows the versions unless the file gives it
+        return {**mix, "epoch_rows": None, "sources": [{**s, "version": None} for s in mix["sources"] if isinstance(s, dict)]}
+
+    if unpinned(old_mix) != unpinned(new_mix):
+        return None
+    moved = [f"{s['table']} version {o.get('version')} -> {s['version']}"
+             for o, s in zip(old_mix["sources"], new_mix["sources"]) if o.get("version") != s["version"]]
+    if not moved:
+        return None
+    if old_mix.get("epoch_rows") != new_mix["epoch_rows"]:
+        moved.append(f"epoch_rows {old_mix.get('epoch_rows')} -> {new_mix['epoch_rows']}")
+    return ("; ".join(moved) + ": a table grew; to go on drawing from the versions the output holds, name them "
+            "(`version: N`) in the mixture file")
 
 
 def _remove_owned(output: str, s3: storage.S3Options) -> None:

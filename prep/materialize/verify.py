@@ -7,9 +7,10 @@ there, in plan order (a problem names the first row that differs), and its token
 ids are within the vocabulary the manifest's tokenizer records; per epoch: every
 selected row appears exactly once (an order-free fingerprint of all ids,
 compared with the source's). Each split is read once for all of it
-(:mod:`prep.materialize.scan`). The source
-table must still be at the version the manifest names: a newer version is a
-failure, since the plan's positions would point at other rows.
+(:mod:`prep.materialize.scan`). Each epoch is checked against the table version it
+drew from (Lance keeps old versions): an output extended onto a table that grew
+(``--extend``) checks its old epochs against the old version, its new ones against
+the new; a version that cannot be opened any more (cleaned up) is a problem.
 
 A mixture is checked by :mod:`prep.materialize.verify_mixture` (per global batch proportions
 against the recomputed plan). The content checksum is :mod:`prep.io.checksum`'s, the manifest is read by
@@ -19,6 +20,7 @@ against the recomputed plan). The content checksum is :mod:`prep.io.checksum`'s,
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +30,7 @@ from prep.io import lance_tables
 
 from prep.io import storage
 from prep.errors import PrepError, one_line
-from prep.contracts.manifest import read_manifest, vocab_size
+from prep.contracts.manifest import Epoch, Manifest, read_manifest, vocab_size
 from prep.materialize.resolved import resolved_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
@@ -74,28 +76,44 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
         return report
     src, p = manifest.source, manifest.plan
     opts = storage.lance_storage_options(src.uri, s3)
-    latest = lance_tables.open_table(src.uri, storage_options=opts)
-    if latest.version != src.version:
-        report.problems.append(
-            f"source table {src.uri} changed: materialized from version {src.version}, now at version "
-            f"{latest.version}; the plan's rows no longer match it: re-run materialize-shuffle (with --overwrite)"
-        )
-        return report
-    source = lance_tables.open_table(src.uri, version=src.version, storage_options=opts)
-    expected = p.fingerprint(src.uri, src.version)
+    latest = lance_tables.open_table(src.uri, storage_options=opts).version
+    if latest != src.version:
+        report.notes.append(f"source table {src.uri} is at version {latest} now; each epoch is checked against the "
+                            f"version it drew from ({', '.join(map(str, manifest.versions))})")
+    sources = {}
+    for version in manifest.versions:
+        try:
+            sources[version] = lance_tables.open_table(src.uri, version=version, storage_options=opts)
+        except PrepError as exc:
+            report.problems.append(f"epochs {[e.epoch for e in manifest.epochs if e.version == version]} drew from "
+                                   f"version {version} of {src.uri}, which cannot be opened "
+                                   f"({one_line(exc, limit=200)}): they cannot be checked")
+    expected = p.fingerprint(src.uri, manifest.versions[0])
     if expected != manifest.fingerprint:
         report.problems.append(f"manifest fingerprint {manifest.fingerprint} != recomputed {expected}: the manifest was edited")
-    job = resolved_for_manifest(manifest, path, s3)
-    keys = hash_keys_for(job, source) if p.strategy == "hash" else None
     has_ids = check_ids and "id" in manifest.columns
     if not has_ids:
         report.notes.append("no id column in the output: per-row identity not checked, checksums and counts only")
+    report.splits = p.num_splits
+    bar = Bar(len(manifest.epochs) * p.num_splits, f"verify {len(manifest.epochs)} epochs x {p.num_splits} splits", unit="split")
+    for version, source in sources.items():
+        entries = [e for e in manifest.epochs if e.version == version]
+        if not _check_version(report, manifest, entries, path, source, s3, has_ids, bar, max_problems):
+            return report
+    bar.close()
+    return report
+
+
+def _check_version(report: Report, manifest: Manifest, entries: list[Epoch], path: str, source: Any,
+                   s3: storage.S3Options | None, has_ids: bool, bar: Bar, max_problems: int) -> bool:
+    """Checks ``entries``, the epochs that drew from the table version ``source``; False once ``max_problems`` are found."""
+    p = manifest.plan
+    job = resolved_for_manifest(manifest, path, s3, entries[0])
+    keys = hash_keys_for(job, source) if p.strategy == "hash" else None
     source_ids = selected_ids(job, source) if has_ids else None  # 8 bytes a selected row
     source_sums = _id_sums(source_ids) if has_ids else None
-    report.splits = p.num_splits
     vocab = vocab_size(manifest)
-    bar = Bar(len(manifest.epochs) * p.num_splits, f"verify {len(manifest.epochs)} epochs x {p.num_splits} splits", unit="split")
-    for entry in manifest.epochs:
+    for entry in entries:
         report.epochs += 1
         sums = np.zeros(3, dtype=np.uint64)
         total = 0
@@ -130,10 +148,11 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
                 if differ:
                     report.problems.append(f"{where}: ids differ from the plan ({differ})")
             if len(report.problems) >= max_problems:
-                return report
-        if total != manifest.num_selected_rows:
-            report.problems.append(f"epoch {entry.epoch}: {total} rows, {manifest.num_selected_rows} selected rows expected")
+                return False
+        if total != entry.num_selected_rows:
+            report.problems.append(f"epoch {entry.epoch}: {total} rows, {entry.num_selected_rows} selected rows expected "
+                                   f"(table version {entry.version})")
         if has_ids and not np.array_equal(sums, source_sums):
-            report.problems.append(f"epoch {entry.epoch}: the set of ids is not the selected rows exactly once")
-    bar.close()
-    return report
+            report.problems.append(f"epoch {entry.epoch}: the set of ids is not the selected rows exactly once "
+                                   f"(table version {entry.version})")
+    return True

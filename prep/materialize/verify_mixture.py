@@ -41,11 +41,9 @@ def check_mixture(out: Report, manifest: Manifest, *, s3: storage.S3Options | No
     check_plannable(mix.epoch_rows, f"{path}: the manifest's mixture")
     for src in mix.sources:
         latest = lance_tables.open_table(src.table, storage_options=storage.lance_storage_options(src.table, s3)).version
-        if latest != src.version:
-            out.problems.append(f"mixture table {src.table} changed: materialized from version {src.version}, now at "
-                                f"version {latest}; re-run materialize-shuffle (with --overwrite)")
-    if out.problems:
-        return
+        if latest != src.version:  # checked against its pinned version, which Lance keeps
+            out.notes.append(f"mixture table {src.table} is at version {latest} now; checked against version "
+                             f"{src.version}, which the mixture drew from")
     sources = open_sources(mix, s3 or storage.S3Options())
     first = mix.sources[0]
     if p.fingerprint(first.table, first.version) != manifest.fingerprint:

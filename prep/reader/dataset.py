@@ -14,6 +14,7 @@ process that iterates (see :mod:`prep.reader.forksafe`).
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
@@ -38,6 +39,8 @@ from prep.reader.stats import StatsSnapshot, source_shares, status_line
 from prep.runtime.world import Share, rank_and_world_size
 
 __all__ = ["ReaderDataset"]
+
+log = logging.getLogger(__name__)
 
 
 class ReaderDataset(IterableDataset):
@@ -160,9 +163,18 @@ class ReaderDataset(IterableDataset):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at ``state`` on the next ``iter()``. Strict: another plan, table or batch size is an error.
+        An on-the-fly plan over a table that grew since the state was taken reads the version the
+        state pins (the rows it read before), never the newer one.
 
         In a DataLoader worker, ``state`` is that worker's own next step (see :meth:`state_dict`).
         """
+        version = st.pinned_version(self.layout, state)
+        if version is not None:  # an on-the-fly plan over a table that grew since: read the version the state pins
+            log.info("reader state pins %s at version %d (opened at %d): reading that version",
+                     self.layout.uri, version, self.layout.source_version)
+            self.layout = self.layout.at_version(version)
+            self.schedule = Schedule.build(self.layout.split_rows, self.layout.epochs, self.share)
+            self._position = self.schedule.position(0)
         position = st.check(self, state)
         info = get_worker_info()
         if info is not None:  # worker k starts at `start + k`: step back so its first step is `position`

@@ -38,7 +38,8 @@ class Materialized:
         split_paths: ``{epoch: [path of split 0, ...]}`` relative to ``uri``.
         columns: the materialized columns.
         metadata: the prepared table's ``prep`` metadata (kind, tokenizer, ...).
-        source_version: the prepared table version that was materialized.
+        source_version: the prepared table version that was materialized (the newest one an epoch
+            drew from, when the output was extended onto a grown table; the fingerprint is the first's).
         s3: where to reach ``s3://`` URIs.
         mixture_batch: a mixture's global batch ``G`` (readers' global batches must be multiples), else None.
         mixture_tables: a mixture's tables, in ``source`` column order, else None.

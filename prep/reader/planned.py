@@ -75,6 +75,14 @@ class Planned:
                           for s in range(self.num_splits)], dtype=np.int64)
         self.split_rows = {e: sizes for e in self.epochs}
 
+    def at_version(self, version: int) -> "Planned":
+        """The same plan and epochs over table version ``version`` (a reader state pins the version it was taken on).
+
+        Raises:
+            PrepError: the table has no such version (cleaned up?).
+        """
+        return Planned(self.uri, self.plan, self.epochs, version=version, s3=self.s3)
+
     def _keys(self, ds: Any) -> np.ndarray:
         columns = list(self.plan.hash_columns)
         return row_keys(ds.to_table(columns=columns), columns)

@@ -4,6 +4,11 @@
 ``(epoch, step)`` is the next global step to deliver; the rest pins the data and
 the batch arithmetic. The world size is informational: any world size that
 divides the global batch continues the same global batch sequence.
+
+The fingerprint covers the table version, so a state pins the data: an on-the-fly plan
+over a table that grew since is reopened at the version the state names
+(:func:`pinned_version`), and a materialized output extended onto a newer version keeps
+its fingerprint (its old epochs are unchanged), so its states resume across the boundary.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from prep.errors import PrepError
 from prep.reader.stage import EPOCH_KEY, STEP_KEY
 
 __all__ = ["STATE_FORMAT", "FORMAT_KEY", "FINGERPRINT_KEY", "SOURCE_VERSION_KEY", "NUM_SPLITS_KEY",
-           "GLOBAL_BATCH_KEY", "WORLD_SIZE_KEY", "EPOCH_KEY", "STEP_KEY", "make", "check"]
+           "GLOBAL_BATCH_KEY", "WORLD_SIZE_KEY", "EPOCH_KEY", "STEP_KEY", "make", "check", "pinned_version"]
 
 STATE_FORMAT = "prep.reader/1"
 FORMAT_KEY = "format"
@@ -40,6 +45,18 @@ def make(ds: Any, epoch: int, step: int) -> dict[str, Any]:
         EPOCH_KEY: int(epoch),
         STEP_KEY: int(step),
     }
+
+
+def pinned_version(layout: Any, state: Any) -> int | None:
+    """The table version an on-the-fly plan's ``state`` was taken on, when the reader opened another one
+    (the table grew since) and the state is of the same plan over it; None otherwise (then :func:`check`
+    judges the state). The reader reopens the table there: a resume reads the rows it read before."""
+    if layout.manifest is not None or not isinstance(state, dict) or state.get(FINGERPRINT_KEY) == layout.fingerprint:
+        return None  # a materialized output's epochs are written: its fingerprint alone decides
+    version = state.get(SOURCE_VERSION_KEY)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1 or version == layout.source_version:
+        return None
+    return version if layout.plan.fingerprint(layout.uri, version) == state.get(FINGERPRINT_KEY) else None
 
 
 def check(ds: Any, state: dict[str, Any]) -> tuple[int, int]:
