@@ -221,6 +221,13 @@ class SFTFormatter:
             return frame.fill([m["content"] for m in messages])
         return self._chat_segments(messages)
 
+    def prove_frames(self, role_sequences: list[tuple[str, ...]]) -> None:
+        """Builds the frames of these role sequences now, so that copies of this formatter (pickled to workers)
+        fill them without rendering, or importing transformers, at all."""
+        if self._prompt_template is None:
+            for roles in role_sequences:
+                self._frame(roles)
+
     def _frame(self, roles: tuple[str, ...]) -> _Frame | str | None:
         """The frame for this sequence of roles (cached), a reject reason for every such row, or None (render each)."""
         if roles not in self._frames:
