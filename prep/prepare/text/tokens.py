@@ -90,16 +90,16 @@ def _encode(tokenizer: Any, segments: Segments, eos_id: int | None, cuts: "Cuts"
     row_len = np.fromiter(map(len, seg_ids), np.int64, count=len(seg_ids))
     ids = np.fromiter(itertools.chain.from_iterable(seg_ids), np.int32, count=int(row_len.sum()))
     offsets = _offsets(row_len)
+    starts, ends, unsure = cuts.locate(edges_of, ids, offsets)
+    by_offsets = [(row, encodings[row]) for row in slow]
+    by_offsets += [(row, tokenizer.encode(texts[row], add_special_tokens=False)) for row in unsure]  # ids did not add up
+    found = [(offsets[row] + lo, offsets[row] + hi) for row, encoding in by_offsets
+             for lo, hi in (_overlapping(encoding, int(row_len[row]), s, e) for s, e in spans[row])]
+    if found:
+        starts, ends = np.concatenate([starts, [f[0] for f in found]]), np.concatenate([ends, [f[1] for f in found]])
     edges = np.zeros(len(ids) + 1, np.int32)  # +1 where a trained run of tokens starts, -1 after it ends
-    for row, (row_edges, row_spans) in enumerate(zip(edges_of, spans)):
-        n = int(row_len[row])
-        found = cuts.token_spans(row_edges, seg_ids[row], n) if row_edges is not None else None
-        if found is None and row_spans:  # offsets, as asked or because the ids did not add up
-            encoding = encodings[row] if row_edges is None else tokenizer.encode(texts[row], add_special_tokens=False)
-            found = [_overlapping(encoding, n, start, end) for start, end in row_spans]
-        for lo, hi in found or ():
-            edges[offsets[row] + lo] += 1
-            edges[offsets[row] + hi] -= 1
+    np.add.at(edges, starts.astype(np.int64), 1)
+    np.add.at(edges, ends.astype(np.int64), -1)
     mask = (np.cumsum(edges[:-1]) > 0).astype(np.int8)
     if eos_id is not None:
         ids = np.insert(ids, offsets[1:], np.int32(eos_id))
@@ -150,6 +150,7 @@ class Cuts:
         self._model = model
         self._built: set[str] | None = None
         self._ids: dict[str, int | None] = {}
+        self._recent: list[tuple[str, int]] = []  # qualifying tokens last found at an edge, the latest first
 
     @classmethod
     def of(cls, tokenizer: Any) -> "Cuts":
@@ -186,12 +187,20 @@ class Cuts:
 
     def _edge(self, text: str, at: int) -> Edge | None:
         """The edge at character ``at``: right after or right before a qualifying token, or None."""
+        for piece, token_id in self._recent:  # a frame puts the same tokens at its edges: try those first
+            if at >= len(piece) and text.startswith(piece, at - len(piece)):
+                before = text.count(piece, 0, at)
+                return token_id, before, 1, before + text.count(piece, at)
+            if text.startswith(piece, at):
+                before = text.count(piece, 0, at)
+                return token_id, before + 1, 0, before + text.count(piece, at)
         for size in self._lengths:
             before, after = text[max(0, at - size):at], text[at:at + size]
             for piece, nth_extra, follows in ((before, 0, 1), (after, 1, 0)):
                 if len(piece) == size and piece in self._raw:
                     token_id = self._id(piece)
                     if token_id is not None:
+                        self._recent = [(piece, token_id)] + self._recent[:7]
                         return token_id, text.count(piece, 0, at) + nth_extra, follows, text.count(piece)
         return None
 
@@ -207,25 +216,45 @@ class Cuts:
         return out
 
     @staticmethod
-    def token_spans(edges: Edges, ids: list[int], n: int) -> list[tuple[int, int]] | None:
-        """The token ranges ``[lo, hi)`` of ``edges`` in a row's ``ids`` (``n`` of them); None if the ids hold a
-        token another number of times than the text holds its text (then the row is encoded with offsets)."""
-        out = []
-        for lo, hi in edges:
-            bounds = []
-            for edge, default in ((lo, 0), (hi, n)):
-                if edge is None or edge == 0:
-                    bounds.append(default)
-                    continue
-                token_id, nth, follows, total = edge  # type: ignore[misc]
-                if ids.count(token_id) != total:
-                    return None
-                at = -1
-                for _ in range(nth):
-                    at = ids.index(token_id, at + 1)
-                bounds.append(at + follows)
-            out.append((bounds[0], bounds[1]))
-        return out
+    def locate(edges_of: list[Edges | None], ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Where the spans of rows with known edges start and end in ``ids`` (the chunk's, rows at ``offsets``),
+        without a Python step per row; and the rows whose ids hold a token another number of times than their
+        text holds its text (the per-row check: those rows are left to offsets).
+
+        Returns:
+            (starts, ends, unsure): token positions in ``ids`` of every located span, and the unsure rows.
+        """
+        span_row = np.array([row for row, edges in enumerate(edges_of) for _ in edges or ()], np.int64)
+        bounds = [(lo, hi) for edges in edges_of for lo, hi in edges or ()]
+        starts, start_ok = _positions([b[0] for b in bounds], span_row, ids, offsets, offsets[:-1])
+        ends, end_ok = _positions([b[1] for b in bounds], span_row, ids, offsets, offsets[1:])
+        unsure = np.unique(span_row[~(start_ok & end_ok)])
+        keep = ~np.isin(span_row, unsure)
+        return starts[keep], ends[keep], unsure.tolist()
+
+
+def _positions(edges: list[Any], span_row: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
+               default: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each edge's position in ``ids`` (``default[row]`` for the row's own start or end), and whether its row's ids
+    hold its token as many times as the text holds its text."""
+    out = default[span_row] if len(span_row) else np.zeros(0, np.int64)
+    ok = np.ones(len(span_row), bool)
+    at_token = np.array([i for i, e in enumerate(edges) if isinstance(e, tuple)], np.int64)
+    if not len(at_token):
+        return out, ok
+    table = np.array([edges[i] for i in at_token], np.int64)  # columns: token id, n, follows, total
+    for token_id in np.unique(table[:, 0]):
+        pick = table[:, 0] == token_id
+        which, (_, nth, follows, total) = at_token[pick], table[pick].T
+        where = np.flatnonzero(ids == token_id)  # every occurrence in the chunk, in order
+        counts = np.bincount(np.searchsorted(offsets, where, side="right") - 1, minlength=len(offsets) - 1)
+        rows = span_row[which]
+        agree = counts[rows] == total
+        ok[which] = agree
+        if agree.any():
+            first = _offsets(counts)[:-1]  # each row's first occurrence, as an index into ``where``
+            out[which[agree]] = where[first[rows[agree]] + nth[agree] - 1] + follows[agree]
+    return out, ok
 
 
 _CUTS: dict[int, tuple[Any, Cuts]] = {}  # id(tokenizer) -> (tokenizer, its cuts): the tokenizer is kept so its id is not reused
