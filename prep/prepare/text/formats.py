@@ -170,6 +170,7 @@ class SFTFormatter:
     only writes the contents out (proved by the guarded render, then checked against the real render with
     contents that reveal escaping or trimming), rows with that sequence of roles are filled into that
     frame instead of rendered. Rows with other keys than role/content, or an empty content, are rendered.
+    The job's driver proves the single-turn frame (:meth:`prove_frames`) and sends the formatter to its workers.
 
     Args:
         tokenizer: the resolved tokenizer (for its chat template and special tokens).

@@ -59,7 +59,7 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
 
 
 def encode_segments(tokenizer: Any, segments: Segments, eos_id: int | None = None) -> TokenRows:
-    """Tokenizes each row's text at once (one batch call) and marks the tokens of its trainable segments.
+    """Tokenizes each row's text at once (one batch call per kind, below) and marks the tokens of its trainable segments.
 
     A row is tokenized as one string, as ``apply_chat_template`` tokenizes a rendered chat (tokenizing
     prompt and response apart gives other ids wherever the tokenizer treats the start of a string
