@@ -19,6 +19,20 @@ Prints tokens/s and the ratios the goals are stated in: prep whole command vs hf
 >= 1.2x faster), prep job alone vs ceiling (goal >= 0.8x), and the fixed overhead
 (whole command minus job: imports, tokenizer, start, commit; goal < 3 s).
 
+Then, for SFT on the one large file, CPU per token (steadier on a loaded machine than wall
+time), each in a fresh process, the least of ``--runs`` (and, for worker and alone, of three
+alternated measurements in each process):
+
+  job         ``run_pretokenize`` in process: the CPU of the process and of its sandboxes
+              (stopped and waited for), from planning to commit
+  worker      the chunk worker in process over the same chunks (read, format, tokenize,
+              mask, Arrow; no sandbox start, no write)
+  alone       the tokenizer alone (``encode_batch_fast``, ids read out, one thread as the
+              workers run) over the texts the job tokenizes: the same rendered rows
+
+and the ratios alone/job (goal >= 0.8x) and alone/worker. ``--only-sft-cpu`` runs this part
+alone; ``PYTHONPATH`` picks which prep is measured (a baseline checkout, for before/after).
+
     python benchmarks/pretokenize.py --append 100,1 [--repeat 1] [--runs 3]
 
 measures growing a table instead: a table of N of the small files, then K more files
@@ -77,6 +91,53 @@ for path in sys.argv[1].split(","):
 t0, c0 = time.perf_counter(), time.process_time()
 tokens = sum(len(e.ids) for i in range(0, len(texts), 8192) for e in tok.encode_batch_fast(texts[i:i + 8192], add_special_tokens=False))
 print(json.dumps({"tokens": tokens, "seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0}))
+"""
+
+
+SFT_CPU_SCRIPT = """
+import json, os, resource, sys, time
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+from prep.io import storage
+from prep.prepare.isolation import stop_sandboxes
+from prep.prepare.text.formats import Segments, SFTFormatter
+from prep.prepare.text.pretokenize import PretokenizeConfig, TextJob, run_pretokenize
+from prep.prepare.text.sources import read_chunk
+
+def cpu():
+    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+cfg = PretokenizeConfig.model_validate(json.loads(sys.argv[1]))
+c0 = cpu()
+summary = run_pretokenize(cfg)
+stop_sandboxes()
+job = cpu() - c0
+s3 = storage.S3Options()
+plan = TextJob(cfg).plan(s3)
+tok = plan.details["tokenizer"]
+formatter, segments = SFTFormatter(tok, schema=cfg.sft.layout), Segments()
+for chunk in plan.chunks:
+    for row in read_chunk(chunk).rows:
+        segments.add_row(formatter(row))
+texts, _ = segments.rows()
+backend = tok.backend()
+worker = TextJob(cfg).worker(plan, s3)
+
+def alone_once():
+    return sum(len(e.ids) for i in range(0, len(texts), 8192)
+               for e in backend.encode_batch_fast(texts[i:i + 8192], add_special_tokens=False))
+
+def worker_once():
+    return sum(worker(chunk).counts["tokens"] for chunk in plan.chunks)
+
+least = {"alone": float("inf"), "worker": float("inf")}
+for name, once in [("alone", alone_once), ("worker", worker_once)] * 3:  # alternated; the least CPU of each
+    c0 = time.process_time()
+    tokens = once()
+    least[name] = min(least[name], time.process_time() - c0)
+    assert tokens == summary["tokens"], (name, tokens, summary["tokens"])
+alone, in_worker, alone_tokens = least["alone"], least["worker"], summary["tokens"]
+print(json.dumps({"tokens": alone_tokens, "job": job, "worker": in_worker, "alone": alone}))
 """
 
 
@@ -163,12 +224,26 @@ def measure_append(parts: list[Path], n: int, k: int, workdir: Path, runs: int) 
           f"the {k} file(s) alone: whole {a_whole:.2f}s, job {a_job:.2f}s; ratio whole {g_whole / a_whole:.2f}x, job {g_job / a_job:.2f}x")
 
 
+def sft_cpu(files: list[Path], workdir: Path, runs: int) -> None:
+    """SFT CPU per token: the job and the worker against the tokenizer alone on the same texts (module docstring)."""
+    config = {"input": [str(f) for f in files], "output": str(workdir / "prep-cpu.lance"), "overwrite": True,
+              "tokenizer": str(TOKENIZER), **FORMATS["sft"]}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    results = [json.loads(timed([sys.executable, "-c", SFT_CPU_SCRIPT, json.dumps(config)], env)[2]) for _ in range(runs)]
+    least = {k: min(r[k] for r in results) / results[0]["tokens"] * 1e6 for k in ("job", "worker", "alone")}
+    print(f"sft, one large file, {results[0]['tokens']:,} tokens; least CPU-s per 1M tokens over {runs} runs: "
+          f"job {least['job']:.2f}, worker {least['worker']:.2f}, tokenizer alone {least['alone']:.2f}")
+    print(f"  alone/job {least['alone'] / least['job']:.2f}x (goal >= 0.8), alone/worker {least['alone'] / least['worker']:.2f}x"
+          f"  [per run alone/job: {', '.join(format(r['alone'] / r['job'], '.2f') for r in results)}]", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=16)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", default="/tmp/prep-bench")
     parser.add_argument("--append", metavar="N,K", help="measure appending K small files to a table of N instead (e.g. 100,1)")
+    parser.add_argument("--only-sft-cpu", action="store_true", help="only the SFT CPU-per-token measurement")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -177,6 +252,9 @@ def main() -> None:
     if args.append:
         n, k = (int(x) for x in args.append.split(","))
         measure_append(layouts["256 small files"], n, k, workdir, args.runs)
+        return
+    if args.only_sft_cpu:
+        sft_cpu(layouts["one large file"], workdir, args.runs)
         return
     print(f"GSM8K x{args.repeat}, {cores} cores, median of {args.runs} fresh processes each; tokenizer {TOKENIZER.name}")
     print(f"{'layout':<16} {'format':<9} {'ceiling':>9} {'hf whole':>9} {'prep whole':>11} {'prep job':>9}"
@@ -201,6 +279,7 @@ def main() -> None:
     print("tokens/s; prep/hf = hf whole seconds / prep whole seconds (goal >= 1.2); job/ceil goal >= 0.8; fixed goal < 3 s;")
     print("CPU-s per 1M tokens of the whole process (children included): steadier than wall time on a shared machine")
     print("prep also counts EOS (pretrain) and chat-template tokens (sft), which the ceiling and hf do not encode: prep's count is the larger")
+    sft_cpu(layouts["one large file"], workdir, args.runs)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import pytest
 
 from prep.prepare.text.formats import RowError, Segments, SFTFormatter
 from prep.prepare.text.tokenizer import BUILTIN_MISTRAL_V3, load_tokenizer, resolve_tokenizer
-from prep.prepare.text.tokens import encode_segments
+from prep.prepare.text.tokens import Cuts, encode_segments
 
 # Each template here is written with generation marks around exactly what prep trains on without them.
 MISTRAL_MARKED = (
@@ -68,7 +68,8 @@ def conversations(shared_data) -> list[list[dict]]:
     u, a, s = ("user", "assistant", "system")
     rows = [[{"role": u, "content": r["question"]}, {"role": a, "content": r["answer"]}] for r in gsm]
     odd = ["  spaced  ", "line\n\nbreaks\n", "{{ braces }} {% tag %}", "quote \" and \\ back", "emoji \U0001f600 ü",
-           "ends with </s>", "<think>plan</think>\n\nanswer", "[INST] inside [/INST]", "%s {0} %%"]
+           "ends with </s>", "<think>plan</think>\n\nanswer", "[INST] inside [/INST]", "%s {0} %%", "",
+           "[/INST][/INST]", "</s><s>[INST]", "\u4e2d\u6587\u00a0\u200b"]
     rows += [[{"role": u, "content": q}, {"role": a, "content": r}] for q, r in zip(odd, odd[1:] + odd[:1])]
     rows += [
         [{"role": s, "content": "Be brief."}, {"role": u, "content": "2+2?"}, {"role": a, "content": "4"}],
@@ -76,6 +77,8 @@ def conversations(shared_data) -> list[list[dict]]:
         [{"role": u, "content": "a"}, {"role": a, "content": "<think>x</think>b"}, {"role": u, "content": "c"}, {"role": a, "content": "d"}],
         [{"role": u, "content": "q"}, {"role": u, "content": "again"}, {"role": a, "content": "r"}],
         [{"role": u, "content": "q", "name": None}, {"role": a, "content": "r"}],
+        [{"role": u, "content": "[/INST]"}, {"role": a, "content": "</s>"}, {"role": u, "content": "<s>"}, {"role": a, "content": "[INST]"}],
+        [{"role": s, "content": "Be [/INST] brief."}, {"role": u, "content": "x"}, {"role": a, "content": "y"}, {"role": u, "content": ""}, {"role": a, "content": "z"}],
     ]
     return rows
 
@@ -93,9 +96,9 @@ def hf_rows(hf, template: str, rows: list[list[dict]]) -> list[tuple[list[int], 
     return out
 
 
-def prep_rows(tok, rows: list[list[dict]]) -> list[tuple[list[int], list[int]] | str]:
-    """prep's ids and loss mask per row, or the reject reason."""
-    formatter, out, segs, where = SFTFormatter(tok), [], Segments(), []
+def prep_rows(tok, rows: list[list[dict]], formatter=None) -> list[tuple[list[int], list[int]] | str]:
+    """prep's ids and loss mask per row, or the reject reason (``formatter``: one made elsewhere, e.g. a driver's copy)."""
+    formatter, out, segs, where = formatter or SFTFormatter(tok), [], Segments(), []
     for msgs in rows:
         try:
             segs.add_row(formatter({"messages": msgs}))
@@ -162,7 +165,32 @@ def test_prep_gives_transformers_ids_and_masks_for_each_real_tokenizer(spec, tok
             assert isinstance(o, str) and "renders nothing for message 0" in o
             continue
         assert o[0] == t[0] and o[1] == w[1], f"row {i}"
-    assert sum(isinstance(o, str) for o in ours) == 1
+    assert sum(isinstance(o, str) for o in ours) == 2
+    segs = Segments()  # the masks compared above came from the ids alone (no character offsets), for every row
+    for r in rows:
+        if r[0]["role"] != "system":
+            segs.add_row(SFTFormatter(tok)({"messages": r}))
+    cuts = Cuts.of(tok.backend())
+    assert all(cuts.edges(t, s) is not None for t, s in zip(*segs.rows()))
+
+
+@pytest.mark.parametrize("name", ["mistral", "chatml-dated-system", "thinking"])
+def test_the_drivers_formatter_copied_to_a_worker_gives_transformers_ids_and_masks(name, tokenizer_dir, shared_data, fixed_now):
+    """The formatter the driver makes (single-turn frame proved) reaches workers pickled; its copy renders as transformers."""
+    import pickle
+
+    from prep.prepare.text.pretokenize import PretokenizeConfig, make_formatter
+
+    tok = dataclasses.replace(resolve_tokenizer(tokenizer_dir), chat_template=MARKED_TEMPLATES[name])
+    cfg = PretokenizeConfig(input=["unused.jsonl"], output="unused.lance", tokenizer=tokenizer_dir, format="sft")
+    copy = pickle.loads(pickle.dumps(make_formatter(cfg, tok)))
+    rows = conversations(shared_data)
+    ours, theirs = prep_rows(tok, rows, copy), hf_rows(load_tokenizer(tokenizer_dir), MARKED_TEMPLATES[name], rows)
+    for i, (o, t) in enumerate(zip(ours, theirs)):
+        if isinstance(t, str) or (isinstance(o, str) and "renders nothing" in o):
+            assert isinstance(o, str), f"row {i}"
+            continue
+        assert o == t, f"row {i}"
 
 
 def test_a_template_that_calls_strftime_now_renders_todays_date(tokenizer_dir, fixed_now):

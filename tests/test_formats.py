@@ -133,3 +133,40 @@ def test_templates_that_only_write_the_content_get_a_frame(tok):
         assert f._frame(("user", "assistant")) is not None, write
         row = [{"role": "user", "content": " q\n"}, {"role": "assistant", "content": "{a}"}]
         assert joined(f({"messages": row})) == f._chat_segments(row)
+
+
+def test_a_copy_of_the_drivers_formatter_fills_its_frames_without_importing_transformers(tok, shared_data, tmp_path):
+    """The driver proves the single-turn frame; a worker process gets a pickled copy and renders nothing for those rows."""
+    import json
+    import pickle
+    import subprocess
+    import sys
+
+    driver = SFTFormatter(tok)
+    driver.prove_frames([("user", "assistant")])
+    with open(shared_data / "gsm8k" / "train.jsonl") as f:
+        rows = [json.loads(next(f)) for _ in range(50)]
+    other = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "q"},
+                          {"role": "assistant", "content": ""}]}  # no frame (and an empty content): rendered
+    (tmp_path / "formatter.pkl").write_bytes(pickle.dumps((driver, rows, other)))
+    script = (
+        "import pickle, sys; formatter, rows, other = pickle.load(open(sys.argv[1], 'rb'))\n"
+        "out = [formatter(r) for r in rows]\n"
+        "imported = 'transformers' in sys.modules\n"
+        "try:\n    rendered = formatter(other)\nexcept Exception as exc:\n    rendered = repr(exc)\n"
+        "print(repr((out, imported, rendered, 'transformers' in sys.modules)))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path / "formatter.pkl")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    out, imported_for_frames, rendered, imported_after = eval(run.stdout)
+    assert [joined(s) for s in out] == [driver._chat_segments(driver_messages(r)) for r in rows]
+    assert not imported_for_frames and imported_after
+    try:
+        expected = driver(other)
+    except RowError as exc:
+        expected = repr(exc)
+    assert rendered == expected
+
+
+def driver_messages(row):
+    return [{"role": "user", "content": row["question"]}, {"role": "assistant", "content": row["answer"]}]

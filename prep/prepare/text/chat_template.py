@@ -3,8 +3,9 @@
 :class:`ChatTemplate` renders through ``transformers.utils.chat_template_utils``: the same compiled,
 sandboxed environment (``strftime_now``, ``raise_exception``, ``{% generation %}``...) and the same
 ``render_jinja_template`` that ``apply_chat_template`` calls, so a row renders exactly as transformers renders
-it, whatever transformers adds later. (It costs each process one import of transformers, about 1 s of CPU;
-torch is not imported.)
+it, whatever transformers adds later. (It costs each process that renders one import of transformers, about 1 s
+of CPU; torch is not imported. A pickled copy compiles on its first render: a worker process whose rows all fill
+frames proved in the driver never imports it.)
 
 :meth:`ChatTemplate.frame_render` is for :class:`prep.prepare.text.formats.SFTFormatter`'s fast path: it renders
 with :class:`Probe` contents in a guarded copy of that environment, so that a template which does anything with
@@ -124,16 +125,28 @@ class ChatTemplate:
     """
 
     def __init__(self, template: str, special_tokens: dict[str, str]) -> None:
+        self.source, self._specials = template, dict(special_tokens)
+        self.marks_generation = bool(_GENERATION_TAG.search(template))
+        self._compiled: Any = None
+        self._guarded: Any = None
+        self._machinery()  # a template that does not compile fails here, where it is made
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The source only: a copy compiles on its first render, so a process that renders nothing (its rows all
+        fill frames made elsewhere) never imports transformers (about 1 s of CPU per process)."""
+        return {**self.__dict__, "_compiled": None, "_guarded": None}
+
+    def _machinery(self) -> tuple[Any, Callable[..., Any]]:
+        """transformers' compiled template (its cache: once per process) and its ``render_jinja_template``."""
         from transformers.utils.chat_template_utils import _compile_jinja_template, render_jinja_template
 
-        self.source, self._specials, self._render_jinja = template, dict(special_tokens), render_jinja_template
-        self.marks_generation = bool(_GENERATION_TAG.search(template))
-        self._compiled = _compile_jinja_template(template)  # transformers' cache: compiled once per process
-        self._guarded: Any = None
+        if self._compiled is None:
+            self._compiled = _compile_jinja_template(self.source)
+        return self._compiled, render_jinja_template
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> tuple[str, Spans]:
         """The text ``apply_chat_template`` renders, and its ``{% generation %}`` spans (empty without marks)."""
-        rendered, spans = self._render_jinja(
+        rendered, spans = self._machinery()[1](
             [messages], chat_template=self.source, return_assistant_tokens_mask=self.marks_generation,
             add_generation_prompt=add_generation_prompt, **self._specials,
         )
@@ -158,7 +171,7 @@ class ChatTemplate:
     def _guarded_template(self) -> Any:
         """The template compiled in an overlay of transformers' environment with every filter, test and call guarded."""
         if self._guarded is None:
-            env = self._compiled.environment.overlay()
+            env = self._machinery()[0].environment.overlay()
             env.filters = {name: _guard_filter(name, f) for name, f in env.filters.items()}
             env.tests = {name: _guard_test(name, f) for name, f in env.tests.items()}
             sandbox_call = env.call

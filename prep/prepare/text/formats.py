@@ -170,6 +170,7 @@ class SFTFormatter:
     only writes the contents out (proved by the guarded render, then checked against the real render with
     contents that reveal escaping or trimming), rows with that sequence of roles are filled into that
     frame instead of rendered. Rows with other keys than role/content, or an empty content, are rendered.
+    The job's driver proves the single-turn frame (:meth:`prove_frames`) and sends the formatter to its workers.
 
     Args:
         tokenizer: the resolved tokenizer (for its chat template and special tokens).
@@ -220,6 +221,13 @@ class SFTFormatter:
         if frame is not None and all(len(m) == 2 and m["content"] for m in messages):
             return frame.fill([m["content"] for m in messages])
         return self._chat_segments(messages)
+
+    def prove_frames(self, role_sequences: list[tuple[str, ...]]) -> None:
+        """Builds the frames of these role sequences now, so that copies of this formatter (pickled to workers)
+        fill them without rendering, or importing transformers, at all."""
+        if self._prompt_template is None:
+            for roles in role_sequences:
+                self._frame(roles)
 
     def _frame(self, roles: tuple[str, ...]) -> _Frame | str | None:
         """The frame for this sequence of roles (cached), a reject reason for every such row, or None (render each)."""

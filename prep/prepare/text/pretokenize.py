@@ -34,7 +34,8 @@ from prep.prepare.text.sources import Chunk, InputFormat, TextUnit, list_sources
 from prep.prepare.text.tokenizer import ResolvedTokenizer, resolve_tokenizer
 from prep.prepare.text.tokens import OverlongPolicy, encode_rows, limit_length, pack
 
-__all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "TextJob", "run_pretokenize", "table_schema", "format_summary"]
+__all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "TextJob", "TextChunkWorker", "make_formatter", "run_pretokenize",
+           "table_schema", "format_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class TextChunkWorker:
     cfg: PretokenizeConfig
     tokenizer: ResolvedTokenizer
     s3: storage.S3Options  # resolved by the driver: cluster workers do not share its environment
+    formatter: SFTFormatter | TextFormatter  # made by the driver (make_formatter): its proved frames travel with it
 
     def __call__(self, chunk: Chunk, progress: Progress = NO_PROGRESS) -> ChunkOutput:
         cfg, tok = self.cfg, self.tokenizer
@@ -141,11 +143,7 @@ class TextChunkWorker:
         counts["files_rejected"] = sum(not r.is_row for r in rejects)
         counts["blank_lines"] = records.blank_lines
 
-        formatter = (
-            SFTFormatter(tok, schema=cfg.sft.layout, messages_column=cfg.sft.messages_column,
-                         prompt_template=cfg.sft.prompt_template, response_template=cfg.sft.response_template)
-            if cfg.format == "sft" else TextFormatter(cfg.text_column)
-        )
+        formatter = self.formatter
         segments, kept, extra = Segments(), [], []
         armed = faults.active()
         for (i, row), poison in progress.items(enumerate(records.rows), name=lambda item: _raw(item[1])):
@@ -222,6 +220,21 @@ class TextChunkWorker:
         return ChunkOutput(table, rejects, counts)
 
 
+def make_formatter(cfg: PretokenizeConfig, tokenizer: ResolvedTokenizer) -> SFTFormatter | TextFormatter:
+    """The job's formatter, with the frame of single-turn rows (qa, alpaca, the commonest messages) proved.
+
+    Raises:
+        PrepError: an SFT job without a chat template or format strings, or a template that does not compile.
+    """
+    if cfg.format != "sft":
+        return TextFormatter(cfg.text_column)
+    sft = cfg.sft
+    formatter = SFTFormatter(tokenizer, schema=sft.layout, messages_column=sft.messages_column,
+                             prompt_template=sft.prompt_template, response_template=sft.response_template)
+    formatter.prove_frames([("user", "assistant")])
+    return formatter
+
+
 def _piece_ids(key: str, positions: np.ndarray, piece: np.ndarray) -> np.ndarray:
     """Piece 0 keeps the row's own id; later pieces of a split row get salted ids."""
     ids = stable_ids(key, positions, 0)
@@ -282,14 +295,13 @@ class TextJob:
         listed = list_sources(cfg.inputs, cfg.input_format, s3, id_root=prior.id_root() if prior else None)
         picked = prior.select(listed, update=cfg.update) if prior else Selection.everything(listed)
         tokenizer = resolve_tokenizer(cfg.tokenizer)  # here: a bad tokenizer fails before Ray starts
-        if cfg.format == "sft" and cfg.sft.prompt_template is None:
-            SFTFormatter(tokenizer)  # fails now if there is no chat template
+        formatter = make_formatter(cfg, tokenizer)  # and a missing or broken chat template
         chunks = plan_chunks(picked.files, cfg.chunk_bytes, cfg.text_unit, s3)
-        return ChunkPlan(chunks, [s.describe() for s in picked.files], {"tokenizer": tokenizer},
+        return ChunkPlan(chunks, [s.describe() for s in picked.files], {"tokenizer": tokenizer, "formatter": formatter},
                          chunk_sources=[c.source.uri for c in chunks], replaced=picked.replaced, unchanged=picked.unchanged)
 
     def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> TextChunkWorker:
-        return TextChunkWorker(self.cfg, plan.details["tokenizer"], s3)
+        return TextChunkWorker(self.cfg, plan.details["tokenizer"], s3, plan.details["formatter"])
 
     def schema(self) -> pa.Schema:
         return table_schema(self.cfg)

@@ -8,6 +8,8 @@ NumPy operations and the result becomes Arrow without copying row by row.
 from __future__ import annotations
 
 import itertools
+import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -15,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep.prepare import faults
+from prep.prepare.text.chat_template import Spans
 from prep.prepare.text.formats import Segments
 
 __all__ = ["TokenRows", "Packed", "encode_segments", "encode_rows", "limit_length", "pack", "OverlongPolicy"]
@@ -56,39 +59,216 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
 
 
 def encode_segments(tokenizer: Any, segments: Segments, eos_id: int | None = None) -> TokenRows:
-    """Tokenizes each row's text at once (one batch call) and marks the tokens of its trainable segments.
+    """Tokenizes each row's text at once (one batch call per kind, below) and marks the tokens of its trainable segments.
 
     A row is tokenized as one string, as ``apply_chat_template`` tokenizes a rendered chat (tokenizing
     prompt and response apart gives other ids wherever the tokenizer treats the start of a string
     specially, e.g. SentencePiece's prefix space). A token is trained on when its characters overlap a
     trainable segment: transformers' rule for ``return_assistant_tokens_mask``.
 
+    Character offsets cost about a quarter more than the ids (the tokenizer maps every byte to its
+    character), so a row gets them only when it needs them: a row trained throughout or not at all needs
+    none, and neither does a row whose every trained span starts and ends at the edge of a special token
+    the tokenizer always cuts at (:class:`Cuts`: ``[/INST]``, ``</s>``...): the token index of such an edge
+    is where that token's occurrence is in the ids.
+
     Args:
         tokenizer: a ``tokenizers.Tokenizer`` (e.g. ``ResolvedTokenizer.backend()``).
         segments: rows as flat segments.
         eos_id: if given, appended to every row (pretraining documents).
     """
+    return _encode(tokenizer, segments, eos_id, Cuts.of(tokenizer))
+
+
+def _encode(tokenizer: Any, segments: Segments, eos_id: int | None, cuts: "Cuts") -> TokenRows:
+    """:func:`encode_segments` with the given cuts (tests pass none, to compare with offsets everywhere)."""
     texts, spans = segments.rows()
-    uniform = all(not s or s == [(0, len(t))] for t, s in zip(texts, spans))
-    # offsets cost a third more than the ids: only rows that are partly trained need them
-    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False) if uniform else \
-        tokenizer.encode_batch(texts, add_special_tokens=False)
+    edges_of = [cuts.edges(t, s) for t, s in zip(texts, spans)]  # None: this row needs offsets
+    slow = [i for i, e in enumerate(edges_of) if e is None]
+    encodings = _encode_batches(tokenizer, texts, slow)
     seg_ids = [e.ids for e in encodings]
     row_len = np.fromiter(map(len, seg_ids), np.int64, count=len(seg_ids))
     ids = np.fromiter(itertools.chain.from_iterable(seg_ids), np.int32, count=int(row_len.sum()))
     offsets = _offsets(row_len)
+    starts, ends, unsure = cuts.locate(edges_of, ids, offsets)
+    by_offsets = [(row, encodings[row]) for row in slow]
+    by_offsets += [(row, tokenizer.encode(texts[row], add_special_tokens=False)) for row in unsure]  # ids did not add up
+    found = [(offsets[row] + lo, offsets[row] + hi) for row, encoding in by_offsets
+             for lo, hi in (_overlapping(encoding, int(row_len[row]), s, e) for s, e in spans[row])]
+    if found:
+        starts, ends = np.concatenate([starts, [f[0] for f in found]]), np.concatenate([ends, [f[1] for f in found]])
     edges = np.zeros(len(ids) + 1, np.int32)  # +1 where a trained run of tokens starts, -1 after it ends
-    for row, (enc, row_spans) in enumerate(zip(encodings, spans)):
-        for start, end in row_spans if not uniform else ((0, 1),) if row_spans else ():
-            lo, hi = (0, int(row_len[row])) if uniform else _overlapping(enc, int(row_len[row]), start, end)
-            edges[offsets[row] + lo] += 1
-            edges[offsets[row] + hi] -= 1
+    np.add.at(edges, starts.astype(np.int64), 1)
+    np.add.at(edges, ends.astype(np.int64), -1)
     mask = (np.cumsum(edges[:-1]) > 0).astype(np.int8)
     if eos_id is not None:
         ids = np.insert(ids, offsets[1:], np.int32(eos_id))
         mask = np.insert(mask, offsets[1:], np.int8(1))
         offsets = _offsets(row_len + 1)
     return TokenRows(ids, mask, offsets)
+
+
+def _encode_batches(tokenizer: Any, texts: list[str], slow: list[int]) -> list[Any]:
+    """Every row's encoding: the rows in ``slow`` with character offsets, the rest without (one batch call each)."""
+    if not slow:
+        return tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+    if len(slow) == len(texts):
+        return tokenizer.encode_batch(texts, add_special_tokens=False)
+    slow_set = set(slow)
+    fast = [i for i in range(len(texts)) if i not in slow_set]
+    out: list[Any] = [None] * len(texts)
+    for rows, batch in ((fast, tokenizer.encode_batch_fast([texts[i] for i in fast], add_special_tokens=False)),
+                        (slow, tokenizer.encode_batch([texts[i] for i in slow], add_special_tokens=False))):
+        for i, encoding in zip(rows, batch):
+            out[i] = encoding
+    return out
+
+
+# An edge of a trained span, found in the ids: (token id, n, follows, total): the index of the n-th (1-based) token
+# with that id, plus ``follows`` (1: the edge follows that token, 0: it precedes it); ``total``: how many times its
+# text occurs in the row's text, which the row's ids must agree with.
+Edge = tuple[int, int, int, int]
+Edges = list[tuple["Edge | int", "Edge | None"]]  # per span: its start (0: the row's start) and end (None: the row's end)
+
+
+class Cuts:
+    """The special tokens at whose edges a tokenizer always cuts, and whose ids come from nothing else.
+
+    ``tokenizers`` splits a text at its added tokens before anything else, so no token spans the edge of one. A
+    token ``S`` qualifies when every occurrence of its text is that one token and its id comes from nothing else:
+    matched on the raw text (not normalized), with no ``lstrip``/``rstrip``/``single_word`` rule, no other added
+    token able to overlap or contain an occurrence, not a text the model can build (a BPE model without
+    ``ignore_merges``, subword affixes or dropout, no merge giving ``S``, not its unknown or a byte-fallback token).
+    Then the k-th occurrence of ``S`` in a row's text is the k-th ``S`` id in its ids; each row also checks that
+    the two counts agree, and is encoded with offsets if they do not.
+    """
+
+    def __init__(self, added: dict[str, dict[str, Any]], model: dict[str, Any], special_split: bool) -> None:
+        self._added = added
+        self._raw = {c for c, t in added.items() if not t.get("normalized", True)}
+        self._lengths = sorted({len(c) for c in self._raw}, reverse=True) if special_split else []
+        self._model = model
+        self._built: set[str] | None = None
+        self._ids: dict[str, int | None] = {}
+        self._recent: list[tuple[str, int]] = []  # qualifying tokens last found at an edge, the latest first
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> "Cuts":
+        """The cuts of ``tokenizer`` (worked out once per tokenizer object)."""
+        key = id(tokenizer)
+        if key not in _CUTS:
+            spec = json.loads(tokenizer.to_str())
+            added = {t["content"]: t for t in spec.get("added_tokens") or []}
+            _CUTS[key] = (tokenizer, cls(added, spec.get("model") or {}, not tokenizer.encode_special_tokens))
+        return _CUTS[key][1]
+
+    def _id(self, text: str) -> int | None:
+        """The id of added token ``text`` if the tokenizer always cuts at its edges (see the class), else None."""
+        if text not in self._ids:
+            self._ids[text] = self._qualify(text)
+        return self._ids[text]
+
+    def _qualify(self, text: str) -> int | None:
+        token, model = self._added[text], self._model
+        if (token.get("lstrip") or token.get("rstrip") or token.get("single_word") or len(text) < 2
+                or model.get("type") != "BPE" or model.get("ignore_merges") or model.get("dropout")
+                or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix")
+                or text == model.get("unk_token") or _BYTE_TOKEN.fullmatch(text)):
+            return None
+        if self._built is None:
+            self._built = {"".join(m.split(" ") if isinstance(m, str) else m) for m in model.get("merges") or []}
+        if text in self._built or _self_overlaps(text):
+            return None
+        if any(other != text and (text in other or _overlaps(other, text)) for other in self._raw):
+            return None
+        if sum(t["id"] == token["id"] for t in self._added.values()) != 1:
+            return None
+        return int(token["id"])
+
+    def _edge(self, text: str, at: int) -> Edge | None:
+        """The edge at character ``at``: right after or right before a qualifying token, or None."""
+        for piece, token_id in self._recent:  # a frame puts the same tokens at its edges: try those first
+            if at >= len(piece) and text.startswith(piece, at - len(piece)):
+                before = text.count(piece, 0, at)
+                return token_id, before, 1, before + text.count(piece, at)
+            if text.startswith(piece, at):
+                before = text.count(piece, 0, at)
+                return token_id, before + 1, 0, before + text.count(piece, at)
+        for size in self._lengths:
+            before, after = text[max(0, at - size):at], text[at:at + size]
+            for piece, nth_extra, follows in ((before, 0, 1), (after, 1, 0)):
+                if len(piece) == size and piece in self._raw:
+                    token_id = self._id(piece)
+                    if token_id is not None:
+                        self._recent = [(piece, token_id)] + self._recent[:7]
+                        return token_id, text.count(piece, 0, at) + nth_extra, follows, text.count(piece)
+        return None
+
+    def edges(self, text: str, spans: Spans) -> Edges | None:
+        """Each span's edges, to be found in the ids; None if one is not at a qualifying token (the row needs offsets)."""
+        out: Edges = []
+        for start, end in spans:
+            lo = 0 if start == 0 else self._edge(text, start)
+            hi = None if end == len(text) else self._edge(text, end)
+            if lo is None or (hi is None and end != len(text)):
+                return None
+            out.append((lo, hi))
+        return out
+
+    @staticmethod
+    def locate(edges_of: list[Edges | None], ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Where the spans of rows with known edges start and end in ``ids`` (the chunk's, rows at ``offsets``),
+        without a Python step per row; and the rows whose ids hold a token another number of times than their
+        text holds its text (the per-row check: those rows are left to offsets).
+
+        Returns:
+            (starts, ends, unsure): token positions in ``ids`` of every located span, and the unsure rows.
+        """
+        span_row = np.array([row for row, edges in enumerate(edges_of) for _ in edges or ()], np.int64)
+        bounds = [(lo, hi) for edges in edges_of for lo, hi in edges or ()]
+        starts, start_ok = _positions([b[0] for b in bounds], span_row, ids, offsets, offsets[:-1])
+        ends, end_ok = _positions([b[1] for b in bounds], span_row, ids, offsets, offsets[1:])
+        unsure = np.unique(span_row[~(start_ok & end_ok)])
+        keep = ~np.isin(span_row, unsure)
+        return starts[keep], ends[keep], unsure.tolist()
+
+
+def _positions(edges: list[Any], span_row: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
+               default: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each edge's position in ``ids`` (``default[row]`` for the row's own start or end), and whether its row's ids
+    hold its token as many times as the text holds its text."""
+    out = default[span_row] if len(span_row) else np.zeros(0, np.int64)
+    ok = np.ones(len(span_row), bool)
+    at_token = np.array([i for i, e in enumerate(edges) if isinstance(e, tuple)], np.int64)
+    if not len(at_token):
+        return out, ok
+    table = np.array([edges[i] for i in at_token], np.int64)  # columns: token id, n, follows, total
+    for token_id in np.unique(table[:, 0]):
+        pick = table[:, 0] == token_id
+        which, (_, nth, follows, total) = at_token[pick], table[pick].T
+        where = np.flatnonzero(ids == token_id)  # every occurrence in the chunk, in order
+        counts = np.bincount(np.searchsorted(offsets, where, side="right") - 1, minlength=len(offsets) - 1)
+        rows = span_row[which]
+        agree = counts[rows] == total
+        ok[which] = agree
+        if agree.any():
+            first = _offsets(counts)[:-1]  # each row's first occurrence, as an index into ``where``
+            out[which[agree]] = where[first[rows[agree]] + nth[agree] - 1] + follows[agree]
+    return out, ok
+
+
+_CUTS: dict[int, tuple[Any, Cuts]] = {}  # id(tokenizer) -> (tokenizer, its cuts): the tokenizer is kept so its id is not reused
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def _self_overlaps(text: str) -> bool:
+    """Whether two occurrences of ``text`` can overlap (a proper prefix equals a proper suffix)."""
+    return any(text[:i] == text[-i:] for i in range(1, len(text)))
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether an occurrence of ``a`` can overlap one of ``b`` without either containing the other."""
+    return any(a.endswith(b[:i]) for i in range(1, len(b))) or any(b.endswith(a[:i]) for i in range(1, len(a)))
 
 
 def encode_rows(tokenizer: Any, segments: Segments, eos_id: int | None = None,
