@@ -34,9 +34,9 @@ from prep.prepare.images.config import ImagesConfig
 from prep.prepare.chunk_runner import run_chunks
 from prep.prepare.faults import ENV as RAISE_ENV
 from prep.prepare.images.job import run_decode_images
-from prep.prepare.isolation import FAULTS_ENV, stop_sandboxes
+from prep.prepare.isolation import FAULTS_ENV, Limits, run_isolated, stop_sandboxes
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
-from dying_worker import DiesOnce
+from dying_worker import DiesOnce, env_of
 from test_images import encode, noise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -201,6 +201,16 @@ def test_a_text_row_that_kills_the_worker_and_one_that_hangs_are_rejected(ray_lo
     got = lance.dataset(s["table"]).to_table()
     want = lance.dataset(clean["table"]).to_table()
     assert got.equals(want.filter(pc.is_in(want.column("id"), value_set=got.column("id"))))
+
+
+def test_a_kept_sandbox_sees_the_environment_of_the_job_it_runs(monkeypatch):
+    """A sandbox outlives its job (the next job in the process reuses it): credentials set between two
+    jobs (a notebook setting AZURE_STORAGE_CONNECTION_STRING after a local run) reach the second job's
+    child; a child that kept the environment it started with failed on az:// (found under pytest-xdist)."""
+    monkeypatch.delenv("PREP_TEST_SANDBOX_ENV", raising=False)
+    assert run_isolated(env_of, {"name": "PREP_TEST_SANDBOX_ENV"}, Limits()) == (None, 0)
+    monkeypatch.setenv("PREP_TEST_SANDBOX_ENV", "set after the first job")
+    assert run_isolated(env_of, {"name": "PREP_TEST_SANDBOX_ENV"}, Limits()) == ("set after the first job", 0)
 
 
 # ---------------------------------------------------------------- the real decoder on broken files

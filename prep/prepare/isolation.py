@@ -188,27 +188,34 @@ def _describe_death(code: int) -> str:
     return f"worker process exited with status {code}"
 
 
+def _child_env() -> dict[str, str]:
+    """The environment a sandbox child gets: this process's as it is now (credentials set since the last
+    job included), one thread per sandbox (the task's CPU share) and Lance's log quiet, as Ray's workers
+    get them; and exactly this process's imports: its sys.path, the current folder only where this
+    process has it (``-P``: never a ``prep/`` that happens to be in the cwd)."""
+    return {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+
+
 class _Sandbox:
-    """The parent side: one child process, restarted after it dies or is killed."""
+    """The parent side: one child process, restarted after it dies or is killed, or when the
+    environment it would start with changed (a child keeps the one it started with)."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._page: mmap.mmap | None = None
+        self._env: dict[str, str] = {}
 
-    def _start(self) -> None:
+    def _start(self, env: dict[str, str]) -> None:
         parent, child = os.pipe(), os.pipe()  # requests parent->child, replies child->parent
         page_file = tempfile.TemporaryFile()
         page_file.write(b"\0" * _MARK.size)
         page_file.flush()
-        # One thread per sandbox (the task's CPU share), Lance's log quiet: as Ray's workers get them.
-        # The child imports exactly what this process imports: its sys.path, the current folder
-        # only where this process has it (``-P``: never a ``prep/`` that happens to be in the cwd).
-        env = {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
         fds = (parent[0], child[1], page_file.fileno())
         self._proc = subprocess.Popen(
             [sys.executable, "-P", "-m", "prep.prepare.isolation", *map(str, fds)], pass_fds=fds, env=env, close_fds=True
         )
+        self._env = env
         os.close(parent[0])
         os.close(child[1])
         self._send, self._conn = Connection(parent[1], readable=False), Connection(child[0], writable=False)
@@ -227,9 +234,10 @@ class _Sandbox:
 
     def _attempt(self, request: bytes, timeout: float) -> tuple[str, Any]:
         """Runs one request: ``("ok", value)``, ``("error", text)``, or ``("died", (item, reason))``."""
-        if self._proc is None or self._proc.poll() is not None:
+        env = _child_env()
+        if self._proc is None or self._proc.poll() is not None or env != self._env:  # a kept child must see today's environment
             self._stop()
-            self._start()
+            self._start(env)
         _MARK.pack_into(self._page, 0, _IDLE)
         try:
             self._send.send_bytes(request)
