@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 VENV=${VENV:-.venv}
 export TOKENIZERS_PARALLELISM=false RAY_DISABLE_USAGE_STATS=1
-# Test files run in parallel, two at a time (pytest-xdist; a file's module fixtures stay in one
-# process): most of the suite's time is real processes starting (Ray, torchrun, prep commands), which
-# overlaps. PREP_TEST_WORKERS=0 runs everything in this one process.
-exec "$VENV/bin/python" -m pytest -n "${PREP_TEST_WORKERS:-2}" --dist loadfile "$@"
+# PREP_TEST_WORKERS=N runs N test files at a time (pytest-xdist; a file's module fixtures stay in one
+# process). The default, 0, runs them in this process: on a 2-core machine two at a time still took
+# 27 min (51 min of test time overlapped; the suite is CPU-bound: its tests start real processes).
+exec "$VENV/bin/python" -m pytest -n "${PREP_TEST_WORKERS:-0}" --dist loadfile "$@"
