@@ -83,13 +83,15 @@ def encode_segments(tokenizer: Any, segments: Segments, eos_id: int | None = Non
 def _encode(tokenizer: Any, segments: Segments, eos_id: int | None, cuts: "Cuts") -> TokenRows:
     """:func:`encode_segments` with the given cuts (tests pass none, to compare with offsets everywhere)."""
     texts, spans = segments.rows()
+    trained = segments.trainable
+    if all(trained) or not any(trained):  # every token trained on, or none (pretraining): no span to find
+        encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        ids, row_len, offsets = _flat_ids(encodings)
+        return _with_eos(ids, np.full(len(ids), int(any(trained)), np.int8), row_len, offsets, eos_id)
     edges_of = [cuts.edges(t, s) for t, s in zip(texts, spans)]  # None: this row needs offsets
     slow = [i for i, e in enumerate(edges_of) if e is None]
     encodings = _encode_batches(tokenizer, texts, slow)
-    seg_ids = [e.ids for e in encodings]
-    row_len = np.fromiter(map(len, seg_ids), np.int64, count=len(seg_ids))
-    ids = np.fromiter(itertools.chain.from_iterable(seg_ids), np.int32, count=int(row_len.sum()))
-    offsets = _offsets(row_len)
+    ids, row_len, offsets = _flat_ids(encodings)
     starts, ends, unsure = cuts.locate(edges_of, ids, offsets)
     by_offsets = [(row, encodings[row]) for row in slow]
     by_offsets += [(row, tokenizer.encode(texts[row], add_special_tokens=False)) for row in unsure]  # ids did not add up
@@ -101,6 +103,19 @@ def _encode(tokenizer: Any, segments: Segments, eos_id: int | None, cuts: "Cuts"
     np.add.at(edges, starts.astype(np.int64), 1)
     np.add.at(edges, ends.astype(np.int64), -1)
     mask = (np.cumsum(edges[:-1]) > 0).astype(np.int8)
+    return _with_eos(ids, mask, row_len, offsets, eos_id)
+
+
+def _flat_ids(encodings: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The encodings' ids end to end, each row's length, and where each row starts (and the end)."""
+    seg_ids = [e.ids for e in encodings]
+    row_len = np.fromiter(map(len, seg_ids), np.int64, count=len(seg_ids))
+    ids = np.fromiter(itertools.chain.from_iterable(seg_ids), np.int32, count=int(row_len.sum()))
+    return ids, row_len, _offsets(row_len)
+
+
+def _with_eos(ids: np.ndarray, mask: np.ndarray, row_len: np.ndarray, offsets: np.ndarray, eos_id: int | None) -> TokenRows:
+    """The rows, each with ``eos_id`` (trained on) appended when it is given."""
     if eos_id is not None:
         ids = np.insert(ids, offsets[1:], np.int32(eos_id))
         mask = np.insert(mask, offsets[1:], np.int8(1))
