@@ -185,15 +185,19 @@ def test_an_append_while_another_writes_the_table_fails_at_once_and_changes_noth
     assert run_pretokenize(changed(cfg, append=True))["step"]["version"] == 2
 
 
+def edit_metadata(out: Path, edit) -> None:
+    """Rewrites the table's prep metadata in place with ``edit(meta)``, as an older prep would have written it."""
+    ds = lance.dataset(out)
+    meta = json.loads(ds.schema.metadata[b"prep"])
+    edit(meta)
+    ds.update_schema_metadata({"prep": json.dumps(meta)})
+
+
 def test_a_table_without_id_keys_is_refused_with_the_way_out(corpus, tokenizer_dir, tmp_path):
     out = tmp_path / "t.lance"
     cfg = config(corpus, out, tokenizer_dir)
     run_pretokenize(cfg)
-    ds = lance.dataset(out)
-    meta = json.loads(ds.schema.metadata[b"prep"])
-    for s in meta["sources"]:
-        del s["key"]
-    ds.update_schema_metadata({"prep": json.dumps(meta)})  # as a table prep made before --append existed
+    edit_metadata(out, lambda meta: [s.pop("key") for s in meta["sources"]])  # as a table prep made before --append existed
     write(corpus / "c.jsonl", 20, 3)
     with pytest.raises(PrepError, match="records no id key per input file .* prepare it anew once with --overwrite"):
         run_pretokenize(changed(cfg, append=True))
@@ -203,10 +207,7 @@ def test_a_config_key_the_tables_prep_did_not_have_compares_as_its_default(corpu
     out = tmp_path / "t.lance"
     cfg = config(corpus, out, tokenizer_dir)
     run_pretokenize(cfg)
-    ds = lance.dataset(out)
-    meta = json.loads(ds.schema.metadata[b"prep"])
-    del meta["config"]["text_unit"], meta["config"]["passthrough"]  # as a prep before those keys existed wrote it
-    ds.update_schema_metadata({"prep": json.dumps(meta)})
+    edit_metadata(out, lambda meta: [meta["config"].pop(k) for k in ("text_unit", "passthrough")])  # as a prep before those keys existed wrote it
     write(corpus / "c.jsonl", 20, 3)
     assert run_pretokenize(changed(cfg, append=True))["step"]["added"] == 1
     with pytest.raises(PrepError, match="was made with config text_unit='paragraph', this job has 'line'"):
