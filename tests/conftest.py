@@ -240,8 +240,7 @@ def gcs_env():
         raise
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    for protocol in ("gs", "gcs"):
-        fsspec.register_implementation(protocol, gcsfs.core.GCSFileSystem, clobber=True)
+    fsspec.register_implementation("gs", gcsfs.core.GCSFileSystem, clobber=True)
     try:
         yield env
     finally:

@@ -43,6 +43,11 @@ def test_a_scheme_without_its_extra_names_the_extra(uri, module, extra, monkeypa
         storage.resolve(uri)
 
 
+def test_gcs_is_an_unknown_scheme_since_lance_opens_gs_only():
+    with pytest.raises(PrepError, match=r"^gcs://bucket/t.lance: unknown scheme 'gcs://'; prep supports .*gs://"):
+        storage.scheme("gcs://bucket/t.lance")
+
+
 def test_storage_emulator_host_points_gcsfs_and_lance_at_the_same_emulator(monkeypatch):
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "127.0.0.1:4443")  # host:port without a scheme is http
     r = storage.resolve("gs://bucket/t.lance")

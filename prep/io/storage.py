@@ -41,8 +41,9 @@ __all__ = [
 
 # Schemes handed to fsspec (and Lance) as they are, credentials from their own environment:
 # scheme -> (fsspec's protocol for it, the module that implements it, the extra of prep that installs it).
+# gcsfs also takes gcs://, Lance does not: one spelling, gs://, for inputs and tables alike.
 PASS_THROUGH = {
-    "gs": ("gs", "gcsfs", "gcs"), "gcs": ("gs", "gcsfs", "gcs"),
+    "gs": ("gs", "gcsfs", "gcs"),
     "az": ("az", "adlfs", "azure"), "abfs": ("abfs", "adlfs", "azure"), "abfss": ("abfs", "adlfs", "azure"),
     "hf": ("hf", "huggingface_hub", None),  # inputs only: Lance cannot write there
 }
