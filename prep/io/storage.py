@@ -3,7 +3,8 @@
 fsspec serves file access, Lance needs its own ``storage_options``; both come from
 :func:`resolve`, so the endpoint, the credentials and the retry policy are set once
 (config, else the usual environment: ``AWS_*`` incl. ``AWS_SESSION_TOKEN`` and
-``AWS_PROFILE``; Google and Azure clients read their own environment). Secrets live
+``AWS_PROFILE``; Google and Azure clients read their own environment, and
+``STORAGE_EMULATOR_HOST`` points gcsfs and Lance alike at a GCS emulator). Secrets live
 in :class:`S3Options` fields that never print (``repr``), and nothing here logs them.
 """
 
@@ -40,8 +41,9 @@ __all__ = [
 
 # Schemes handed to fsspec (and Lance) as they are, credentials from their own environment:
 # scheme -> (fsspec's protocol for it, the module that implements it, the extra of prep that installs it).
+# gcsfs also takes gcs://, Lance does not: one spelling, gs://, for inputs and tables alike.
 PASS_THROUGH = {
-    "gs": ("gs", "gcsfs", "gcs"), "gcs": ("gs", "gcsfs", "gcs"),
+    "gs": ("gs", "gcsfs", "gcs"),
     "az": ("az", "adlfs", "azure"), "abfs": ("abfs", "adlfs", "azure"), "abfss": ("abfs", "adlfs", "azure"),
     "hf": ("hf", "huggingface_hub", None),  # inputs only: Lance cannot write there
 }
@@ -158,12 +160,19 @@ def resolve(uri: str, s3: S3Options | None = None, *, retries: bool = True) -> R
         return Resolved(_s3fs(opts, retries), fs_path(uri), _lance_s3(opts))
     if protocol in PASS_THROUGH:
         fsspec_protocol, module, extra = PASS_THROUGH[protocol]
+        emulator = _gcs_emulator() if fsspec_protocol == "gs" else None
+        # An emulator checks no credentials (looking them up would query the GCE metadata server); its URL
+        # is an argument, so the instance fsspec caches belongs to that emulator.
+        emulated = {"token": "anon", "endpoint_url": emulator} if emulator else {}
         try:
-            fs = fsspec.filesystem(fsspec_protocol)
+            fs = fsspec.filesystem(fsspec_protocol, **emulated)
         except ImportError:  # gcsfs / adlfs are optional: say which one, and how to get it
             install = f"pip install 'prep-lance[{extra}]'" if extra else f"pip install {module}"
             raise PrepError(f"{uri}: {protocol}:// needs the {module} package: {install}") from None
-        return Resolved(fs, fs_path(uri), _lance_client((s3 or S3Options()).retry))
+        options = _lance_client((s3 or S3Options()).retry)
+        if emulator:
+            options |= _lance_gcs_emulator(emulator)
+        return Resolved(fs, fs_path(uri), options)
     return Resolved(fsspec.filesystem("file"), fs_path(uri), None)
 
 
@@ -220,6 +229,22 @@ def _lance_client(policy: RetryPolicy) -> dict[str, str]:
         "connect_timeout": f"{policy.connect_timeout_s:g}s",
         "request_timeout": f"{policy.read_timeout_s:g}s",
     }
+
+
+def _gcs_emulator() -> str | None:
+    """The URL of the GCS emulator ``STORAGE_EMULATOR_HOST`` names (the variable of gcsfs and Google's clients;
+    a bare ``host:port`` is http), None for GCS itself."""
+    host = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if host in ("", "default"):  # gcsfs reads "default" as unset too
+        return None
+    return (host if "://" in host else f"http://{host}").rstrip("/")
+
+
+def _lance_gcs_emulator(url: str) -> dict[str, str]:
+    """Lance pointed at the emulator gcsfs uses, so one variable moves both. Lance's object store takes another
+    endpoint only as a service account's ``gcs_base_url``, with OAuth off: this key holds no secret."""
+    key = {"gcs_base_url": url, "disable_oauth": True, "client_email": "", "private_key": "", "private_key_id": ""}
+    return {"google_service_account_key": json.dumps(key), **({"allow_http": "true"} if url.startswith("http://") else {})}
 
 
 def _lance_s3(opts: S3Options) -> dict[str, str]:
