@@ -31,3 +31,11 @@ def test_prepare_materialize_and_read_on_azure_equal_the_local_run(azure_contain
     remote = f"az://{azure_container}"
     assert chain(remote) == chain(str(tmp_path))
     assert lance.dataset(f"{remote}/docs.lance").to_table().equals(lance.dataset(tmp_path / "docs.lance").to_table())
+
+
+def test_abfss_names_the_same_blobs_as_az_for_inputs_and_tables(azure_container, tmp_path):
+    fsspec.filesystem("az").pipe_file(f"{azure_container}/in/docs.txt", TEXT.encode())
+    summary = prep.pretokenize(input=f"abfss://{azure_container}/in", output=f"abfss://{azure_container}/docs.lance",
+                               tokenizer="builtin:mistral-v3", format="pretrain", executor="local")
+    assert summary["rows_written"] == 4
+    assert lance.dataset(f"az://{azure_container}/docs.lance").count_rows() == 4

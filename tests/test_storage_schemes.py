@@ -43,9 +43,11 @@ def test_a_scheme_without_its_extra_names_the_extra(uri, module, extra, monkeypa
         storage.resolve(uri)
 
 
-def test_gcs_is_an_unknown_scheme_since_lance_opens_gs_only():
-    with pytest.raises(PrepError, match=r"^gcs://bucket/t.lance: unknown scheme 'gcs://'; prep supports .*gs://"):
-        storage.scheme("gcs://bucket/t.lance")
+@pytest.mark.parametrize("uri, instead", [("gcs://bucket/t.lance", "gs://"), ("abfs://container/t.lance", "abfss://")])
+def test_spellings_lance_cannot_open_are_unknown_schemes_naming_the_one_it_can(uri, instead):
+    scheme = uri.split("//")[0] + "//"
+    with pytest.raises(PrepError, match=rf"^{uri}: unknown scheme '{scheme}'; prep supports .*{instead}"):
+        storage.scheme(uri)
 
 
 def test_storage_emulator_host_points_gcsfs_and_lance_at_the_same_emulator(monkeypatch):

@@ -1,4 +1,4 @@
-"""Local paths and object-store URIs (``s3://``, ``gs://``, ``az://``/``abfs://``, ``hf://``) behind one small API.
+"""Local paths and object-store URIs (``s3://``, ``gs://``, ``az://``/``abfss://``, ``hf://``) behind one small API.
 
 fsspec serves file access, Lance needs its own ``storage_options``; both come from
 :func:`resolve`, so the endpoint, the credentials and the retry policy are set once
@@ -41,13 +41,14 @@ __all__ = [
 
 # Schemes handed to fsspec (and Lance) as they are, credentials from their own environment:
 # scheme -> (fsspec's protocol for it, the module that implements it, the extra of prep that installs it).
-# gcsfs also takes gcs://, Lance does not: one spelling, gs://, for inputs and tables alike.
+# Only the spellings both fsspec and Lance open, for inputs and tables alike: gcsfs also takes gcs://
+# and adlfs abfs://, Lance neither (it has gs://, az:// and abfss://).
 PASS_THROUGH = {
     "gs": ("gs", "gcsfs", "gcs"),
-    "az": ("az", "adlfs", "azure"), "abfs": ("abfs", "adlfs", "azure"), "abfss": ("abfs", "adlfs", "azure"),
+    "az": ("az", "adlfs", "azure"), "abfss": ("abfs", "adlfs", "azure"),
     "hf": ("hf", "huggingface_hub", None),  # inputs only: Lance cannot write there
 }
-SUPPORTED = ("local paths, file://, s3://, gs:// (pip install 'prep-lance[gcs]'), az:// or abfs[s]:// "
+SUPPORTED = ("local paths, file://, s3://, gs:// (pip install 'prep-lance[gcs]'), az:// or abfss:// "
              "(pip install 'prep-lance[azure]'), hf:// (inputs)")
 
 
@@ -146,7 +147,7 @@ def resolve(uri: str, s3: S3Options | None = None, *, retries: bool = True) -> R
     """The filesystem, path and Lance options for ``uri``: the one place URIs and credentials meet.
 
     Args:
-        uri: a local path, ``file://``, ``s3://``, ``gs://``, ``az://``, ``abfs://`` or ``hf://`` URI.
+        uri: a local path, ``file://``, ``s3://``, ``gs://``, ``az://``, ``abfss://`` or ``hf://`` URI.
         s3: endpoint, credentials and retry policy (default: the environment).
         retries: False for a filesystem that tries each request once, for callers that retry
             under :func:`prep.io.retry.call` themselves (retries inside retries multiply).
