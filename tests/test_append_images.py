@@ -261,6 +261,25 @@ def test_a_kill_between_the_rejects_and_the_table_commit_leaves_the_version_befo
     assert [(h["version"], h["rejects_version"]) for h in meta["history"]] == [(1, 1), (2, 4)]  # 2: the killed step's, 3: 1 restored
 
 
+def test_an_update_killed_between_its_rows_and_its_metadata_is_rebuilt_from_the_version_before(tree, tmp_path, monkeypatch):
+    """An update that removes a whole fragment and part of another commits its rows, then its metadata."""
+    cfg = config(tree, tmp_path / "t.lance")
+    run_decode_images(cfg)
+    photo(tree / "ants" / "d.png", 40)
+    run_decode_images(changed(cfg, append=True))  # d.png alone in a fragment
+    for name in ("a.png", "d.png"):
+        photo(tree / "ants" / name, 90, png(90, (5, 9)))
+    with monkeypatch.context() as m:
+        m.setattr(lance.LanceOperation, "UpdateConfig", lambda **_: (_ for _ in ()).throw(KeyboardInterrupt("killed")))
+        with pytest.raises(KeyboardInterrupt):
+            run_decode_images(changed(cfg, update=True))
+    assert lance.dataset(cfg.output).version == 3  # the rows, under version 2's metadata
+    summary = run_decode_images(changed(cfg, update=True))  # the plain rerun
+    assert summary["step"]["replaced"] == 2 and summary["step"]["rows_removed"] == 2
+    meta = assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
+    assert [h["version"] for h in meta["history"]] == [1, 2, lance.dataset(cfg.output).version]
+
+
 @pytest.mark.s3
 def test_append_and_update_on_s3_equal_a_from_scratch_run(s3_bucket, tree, tmp_path):
     import boto3

@@ -4,8 +4,8 @@ An ImageFolder table holds one row per image file, and an append must know which
 files it holds and whether each changed since (size, mtime, ETag): 1.28 million of them
 for ImageNet. The Lance schema metadata is copied into every version's manifest, so the
 identities do not go there. Each step writes the files it read as one Parquet file inside
-the table folder (``_prep_files/v<version>.parquet``, zstd; about 20 bytes per image
-for paths like ImageNet's), and its :class:`~prep.contracts.table.Step` names it. What the table
+the table folder (``_prep_files/v<version>.parquet``, zstd; measured with ImageNet-like
+paths: 24 bytes per image for 10,000 images, 13 for 1.28 million), and its :class:`~prep.contracts.table.Step` names it. What the table
 holds is one scan of those files, a later step's entry winning (``--update``). No data file is
 ever rewritten, Lance's own cleanup leaves the folder alone, and an ``--overwrite`` drops the
 files its new history no longer names.

@@ -171,9 +171,9 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         lease.check()  # a run that lost its lease (it looked dead) commits nothing
     metadata = commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
                          rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction, growth=growth)
+    drop_unreferenced(cfg.output, [h.file_index for h in metadata.history if h.file_index], s3)  # a killed step's, a replaced table's
     if cfg.overwrite or orphan:
         drop_old_versions(cfg, s3)
-        drop_unreferenced(cfg.output, [h.file_index for h in metadata.history if h.file_index], s3)
         faults.maybe_raise("commit", "cleaned")
     t_end = time.perf_counter()
     return {

@@ -84,7 +84,8 @@ def run_decode_images(cfg: ImagesConfig) -> dict[str, Any]:
     """
     summary = run_prepare(ImagesJob(cfg))
     bytes_written = _table_bytes(cfg.output, cfg.s3.options().resolved())
-    rows, job_seconds = summary["rows_written"], summary["seconds"]["job"]
+    rows = sum(h["rows_added"] - h["rows_removed"] for h in summary["history"])  # the table's, as bytes_written is
+    job_seconds = summary["seconds"]["job"]
     summary.update(
         bytes_written=bytes_written,
         bytes_per_image=round(bytes_written / rows) if rows else 0,
@@ -116,7 +117,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  images: read {s['rows_read']:,} = written {s['rows_written']:,} + rejected {s['rows_rejected']:,}"
         + (f" ({s['files_rejected']} unreadable containers)" if s["files_rejected"] else ""),
         f"  formats: {formats}" + (f"; {s['decoded_with_pil']:,} decoded by the Pillow fallback" if s["decoded_with_pil"] else ""),
-        f"  size: {s['bytes_written']:,} bytes ({s['bytes_per_image']:,} per image)",
+        f"  size: {'the table now ' if grew else ''}{s['bytes_written']:,} bytes ({s['bytes_per_image']:,} per image)",
         f"  rejects: {s['rejects']}",
         f"  time: {s['seconds']['total']}s ({where_it_ran(s)}job {s['seconds']['job']}s, "
         f"{s['images_per_s']:,} images/s) over {s['chunks']} chunks",
