@@ -184,6 +184,19 @@ def test_another_config_is_refused_naming_the_difference(tree, tmp_path):
         run_decode_images(changed(cfg, append=True, size=8))
 
 
+def test_an_image_table_made_before_file_indexes_is_refused_with_the_way_out(tree, tmp_path):
+    cfg = config(tree, tmp_path / "t.lance")
+    run_decode_images(cfg)
+    ds = lance.dataset(cfg.output)
+    meta = json.loads(ds.schema.metadata[b"prep"])
+    for h in meta["history"]:  # as the prep before file indexes wrote it
+        h.pop("file_index")
+    ds.update_schema_metadata({"prep": json.dumps(meta)})
+    photo(tree / "ants" / "d.png", 40)
+    with pytest.raises(PrepError, match="records no id key per input file .* prepare it anew once with --overwrite"):
+        run_decode_images(changed(cfg, append=True))
+
+
 def shard(path: Path, samples: list[tuple[str, int, str]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "w") as tar:
@@ -214,11 +227,14 @@ def test_webdataset_shards_append_and_update_by_shard(tmp_path):
 def test_a_new_parquet_file_appends(tmp_path):
     src = tmp_path / "pq"
     src.mkdir()
-    for name, values in (("p0.parquet", [1, 2, 3]), ("p1.parquet", [4, 5])):
-        if name == "p1.parquet":
-            cfg = config(src, tmp_path / "t.lance")
-            run_decode_images(cfg)
+
+    def write(name: str, values: list[int]) -> None:
         pq.write_table(pa.table({"image": [png(v) for v in values], "label": ["cat" if v % 2 else "dog" for v in values]}), src / name)
+
+    write("p0.parquet", [1, 2, 3])
+    cfg = config(src, tmp_path / "t.lance")
+    run_decode_images(cfg)
+    write("p1.parquet", [4, 5])
     assert run_decode_images(changed(cfg, append=True))["step"]["added"] == 1
     assert assert_from_scratch(changed(cfg, append=True), str(tmp_path / "ref.lance"))["labels"] == ["cat", "dog"]
 

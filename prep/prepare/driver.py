@@ -19,11 +19,13 @@ leftovers and replaces it. The commit points call :func:`prep.prepare.faults.may
 
 A job that grows a table (``append``/``update``, :mod:`prep.prepare.growth`) is the same
 run over the files the table does not hold yet (and, with ``update``, the changed ones):
-its rejects and its table are each one new version on top of the versions the table's
-last step recorded (:class:`prep.contracts.table.Step`), with the replaced files' rows and
-rejects deleted in that same commit. A step killed between its two commits left a rejects
-version no table step names: the rerun builds on the one the table names, so nothing is
-counted twice. The table's metadata holds the totals and the history of steps.
+its rejects and its table are each committed on top of the versions the table's last step
+recorded (:class:`prep.contracts.table.Step`), with the replaced files' rows and rejects
+deleted in that same commit (:func:`prep.io.lance_tables.commit_grown` says when Lance
+needs two). A job whose inputs are too many for the metadata (image folders) lists them
+in the step's file index (:mod:`prep.contracts.file_index`), written before the commit. A
+step killed between its rejects and its table left a rejects version no table step names:
+the rerun builds on the one the table names, so nothing is counted twice. The table's metadata holds the totals and the history of steps.
 """
 
 from __future__ import annotations

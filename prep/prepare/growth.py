@@ -227,10 +227,8 @@ class Growth:
         """Raises PrepError when a replaced file's rows were not recorded (chunks that mix files)."""
         removed: Counter = Counter()
         by_rows = tuple(u for u in replaced if u in prior.indexed)
-        for uri in replaced:
+        for uri in (u for u in replaced if u not in by_rows):
             recorded = prior.files[uri]
-            if uri in by_rows:
-                continue
             if "data_files" not in recorded:
                 raise PrepError(f"{uri} changed, but {prior.uri} does not record which rows it gave (its chunks mix files): "
                                 "--update cannot replace them; prepare the table anew with --overwrite")
