@@ -239,7 +239,7 @@ def test_a_new_parquet_file_appends(tmp_path):
     assert assert_from_scratch(changed(cfg, append=True), str(tmp_path / "ref.lance"))["labels"] == ["cat", "dog"]
 
 
-def test_a_new_manifest_appends_and_a_changed_one_is_refused_with_the_way_out(tmp_path):
+def test_a_new_manifest_appends_and_update_replaces_a_changed_ones_rows_and_rejects(tmp_path):
     images = tmp_path / "img"
     for i in range(4):
         photo(images / f"{i}.png", 10 * i)
@@ -252,10 +252,13 @@ def test_a_new_manifest_appends_and_a_changed_one_is_refused_with_the_way_out(tm
     summary = run_decode_images(changed(cfg, append=True))
     assert summary["step"]["added"] == 1 and summary["rows_read"] == 2
     assert_from_scratch(changed(cfg, append=True), str(tmp_path / "ref.lance"))
-    (lists / "m0.csv").write_text(f"path,label\n{images}/0.png,cat\n")
-    with pytest.raises(PrepError, match=r"m0\.csv changed, but .* does not record which rows it gave .* --overwrite"):
-        run_decode_images(changed(cfg, update=True))
-    assert lance.dataset(cfg.output).version == 2
+    (lists / "m0.csv").write_text(f"path,label\n{images}/0.png,cat\n{images}/1.png,dog\n{images}/gone.png,dog\n,cat\n")  # two rejects anew
+    with pytest.raises(PrepError, match=r"m0\.csv changed since"):
+        run_decode_images(changed(cfg, append=True))
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 2, "rows_removed": 2}
+    assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
+    assert [r[:2] for r in rejects(cfg.rejects_uri)] == [(str(images / "gone.png"), "image"), (str(lists / "m0.csv"), "row 3")]
 
 
 @pytest.mark.slow

@@ -237,17 +237,20 @@ def _step(plan: ChunkPlan, counts: dict[str, int], growth: Growth | None, versio
 
 
 def _with_rows(plan: ChunkPlan, results: list[ChunkResult]) -> list[dict[str, Any]]:
-    """``plan.sources``, each with the counts and the data files of its rows when chunks do not mix files."""
+    """``plan.sources``, each with the counts and the data files of its rows and of its rejects
+    when chunks do not mix files."""
     if plan.chunk_sources is None:
         return list(plan.sources)
     counts: dict[str, Counter] = {s["uri"]: Counter() for s in plan.sources}
     files: dict[str, list[str]] = {s["uri"]: [] for s in plan.sources}
+    rejects: dict[str, list[str]] = {s["uri"]: [] for s in plan.sources}
     for r in results:
         uri = plan.chunk_sources[r.index]
         counts[uri].update(r.counts)
         files[uri] += [d.path for f in r.fragments for d in f.files]
-    return [{**s, "counts": {k: int(v) for k, v in sorted(counts[s["uri"]].items())}, "data_files": files[s["uri"]]}
-            for s in plan.sources]
+        rejects[uri] += [d.path for f in r.reject_fragments for d in f.files]
+    return [{**s, "counts": {k: int(v) for k, v in sorted(counts[s["uri"]].items())}, "data_files": files[s["uri"]],
+             "reject_files": rejects[s["uri"]]} for s in plan.sources]
 
 
 def _next_version(uri: str, opts: dict[str, str] | None) -> int:
@@ -346,8 +349,10 @@ def commit_and_reconcile(
         rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
         had_rows = had_files = 0
     else:
-        keep = without_sources(base.get_fragments(), growth.replaced if growth else ())
-        had_rows, had_files = reject_counts(base, growth.replaced if growth else ())
+        gone = growth.removed_reject_files() if growth else set()
+        left = [f for f in base.get_fragments() if not gone & {d.path for d in f.metadata.files}]
+        keep = without_sources(left, growth.replaced if growth else ())
+        had_rows, had_files = reject_counts(left, growth.replaced if growth else ())
         rej = lance_tables.commit_grown(base, REJECTS_SCHEMA, keep, reject_fragments, metadata=lambda _: RejectsMetadata(of=output),
                                         storage_options=rejects_opts)
     faults.maybe_raise("commit", "rejects")
@@ -372,7 +377,7 @@ def commit_and_reconcile(
     removed_rows = base_table.count_rows() - sum(f.physical_rows - (f.deletion_file.num_deleted_rows if f.deletion_file else 0) for f in kept)
     _check("rows the replaced files gave (recorded or counted)", int(growth.removed.get("rows_written", 0)), "rows removed from the table", removed_rows)
     _check("rejected rows the replaced files gave (recorded)", int(growth.removed.get("rows_rejected", 0)), f"their rows in {rejects}",
-           reject_counts(base, ())[0] - had_rows if base is not None else 0)
+           reject_counts(base.get_fragments(), ())[0] - had_rows if base is not None else 0)
     table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=lambda v: _stamped(metadata, rej.version, v),
                                       storage_options=output_opts)
     faults.maybe_raise("commit", "table")

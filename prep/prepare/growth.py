@@ -213,7 +213,8 @@ class Growth:
     """What a step on top of ``prior`` keeps and replaces: the sources' rows it removes.
 
     A replaced file whose rows the table recorded (``data_files``: its chunks held no other
-    file's rows) goes with its fragments; an indexed file's rows (``by_rows``) are deleted by
+    file's rows) goes with its fragments, and its rejects with theirs (``reject_files``) and by
+    their ``source``; an indexed file's rows (``by_rows``) are deleted by
     their ``source`` column, and what they counted is counted in the table and its rejects.
     """
 
@@ -249,6 +250,11 @@ class Growth:
 
     def removed_data_files(self) -> set[str]:
         return {p for uri in self.replaced for p in self.prior.files[uri].get("data_files", [])}
+
+    def removed_reject_files(self) -> set[str]:
+        """The rejects' data files the replaced files' chunks wrote (their rejects may name
+        other URIs: a manifest's images), recorded like their ``data_files``."""
+        return {p for uri in self.replaced for p in self.prior.files[uri].get("reject_files", [])}
 
 
 def _counted(prior: Prior, uris: tuple[str, ...], rejects: str) -> dict[str, int]:
@@ -290,8 +296,8 @@ def without_sources(fragments: list[Any], uris: tuple[str, ...]) -> list[Any]:
     return keep
 
 
-def reject_counts(ds: Any, without: tuple[str, ...]) -> tuple[int, int]:
-    """``(row rejects, file rejects)`` in ``ds``, leaving out those of the sources ``without``."""
+def reject_counts(fragments: list[Any], without: tuple[str, ...]) -> tuple[int, int]:
+    """``(row rejects, file rejects)`` in ``fragments`` (of a rejects table), leaving out those of the sources ``without``."""
     extra = f" AND NOT ({source_filter(without)})" if without else ""
-    rows = ds.count_rows(filter="position != 'file'" + extra)
-    return rows, ds.count_rows(filter="position = 'file'" + extra)
+    return (sum(f.count_rows(filter="position != 'file'" + extra) for f in fragments),
+            sum(f.count_rows(filter="position = 'file'" + extra) for f in fragments))

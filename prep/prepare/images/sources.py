@@ -3,8 +3,8 @@
 The driver plans from listings and small files only (directory listings, manifests,
 tar and Parquet file sizes, Parquet footers), so the same inputs give the same
 chunks and the same row order on any cluster. A chunk is a run of consecutive image
-files (ImageFolder, manifest), one tar shard (WebDataset) or a range of row groups
-(Parquet). Workers read chunks with :func:`read_chunk`, which yields a
+files (ImageFolder; a manifest's, never two manifests'), one tar shard (WebDataset) or a
+range of row groups (Parquet). Workers read chunks with :func:`read_chunk`, which yields a
 :class:`Sample` per image or a :class:`~prep.prepare.rejects.Reject`.
 
 Row order: inputs in the order given; inside each, files sorted by path (ImageFolder),
@@ -118,11 +118,14 @@ def _imagefolder(listing: Listing, chosen: set[str]) -> tuple[list[FileItem], di
     return items, {"uri": listing.given, "files": len(listing.files), "bytes": sum(f.size for f in listing.files)}
 
 
-def _manifest(cfg: ImagesConfig, files: list[ListedFile], s3: storage.S3Options | None) -> tuple[list[FileItem], list[dict[str, Any]]]:
-    items, sources = [], []
+def _manifest(cfg: ImagesConfig, files: list[ListedFile], s3: storage.S3Options | None) -> tuple[list[list[FileItem]], list[dict[str, Any]]]:
+    """The items of each manifest in ``files``, and the manifests' identities."""
+    groups, sources = [], []
     for f in files:
         uri = f.uri
         rows = tables.read_label_file(uri, cfg.path_column, cfg.label_column, s3)
+        items: list[FileItem] = []
+        groups.append(items)
         base = cfg.image_root or posixpath.dirname(uri)
         for i, (path, label, problem) in enumerate(rows):
             if problem is not None:
@@ -135,7 +138,7 @@ def _manifest(cfg: ImagesConfig, files: list[ListedFile], s3: storage.S3Options 
             target = path if "://" in path or os.path.isabs(path) else storage.join(base, path)
             items.append(FileItem(target, path, label=label))
         sources.append({**f.describe(), "rows": len(rows)})
-    return items, sources
+    return groups, sources
 
 
 def _file_chunks(items: list[FileItem], cfg: ImagesConfig) -> list[FilesChunk]:
@@ -191,10 +194,12 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None, prior: Prior | 
         labels = _labels(cfg, kind, [i.label for i in items if i.problem is None], held)
         return ImagePlan(kind, _file_chunks(items, cfg), labels, folders if items else [], len(items),
                          file_index=[f.describe() for f in picked.files], **grown)
-    if kind == "manifest":
-        items, sources = _manifest(cfg, picked.files, s3)
-        labels = _labels(cfg, kind, [i.label for i in items if i.problem is None], held)
-        return ImagePlan(kind, _file_chunks(items, cfg), labels, sources, len(items), **grown)
+    if kind == "manifest":  # a chunk never mixes manifests: each records its rows, and --update replaces them
+        groups, sources = _manifest(cfg, picked.files, s3)
+        labels = _labels(cfg, kind, [i.label for g in groups for i in g if i.problem is None], held)
+        cut = [(s["uri"], _file_chunks(g, cfg)) for s, g in zip(sources, groups)]
+        return ImagePlan(kind, [c for _, cs in cut for c in cs], labels, sources, sum(map(len, groups)),
+                         chunk_sources=[uri for uri, cs in cut for _ in cs], **grown)
     if kind == "webdataset":
         chunks: list[Any] = [TarChunk(f.uri, f.ids_from) for f in picked.files]
         labels = LabelMap(tuple(cfg.labels)) if cfg.labels is not None else LabelMap(None)
