@@ -229,23 +229,6 @@ def test_the_cli_takes_append_and_update_and_refuses_them_with_overwrite(corpus,
     assert "argument --overwrite: not allowed with argument --append" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_decode_images_refuses_append_with_one_line(tmp_path):
-    from PIL import Image
-
-    from prep.prepare.images.config import ImagesConfig
-    from prep.prepare.images.job import run_decode_images
-
-    for cls in ("ants", "bees"):
-        (tmp_path / "in" / cls).mkdir(parents=True)
-        Image.new("RGB", (8, 8), (10, 20, 30)).save(tmp_path / "in" / cls / "x.png")
-    cfg = ImagesConfig.model_validate(dict(input=str(tmp_path / "in"), output=str(tmp_path / "i.lance"), size=8, executor="local"))
-    run_decode_images(cfg)
-    with pytest.raises(PrepError, match="decode-images cannot append to .* yet"):
-        run_decode_images(changed(cfg, append=True))
-    assert lance.dataset(cfg.output).version == 1
-
-
 # --- kills at the commit points of an append ----------------------------------------------------
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ tables and materialized outputs, :data:`CACHE_MARKER` for reader caches, both wr
 commit. So a folder at ``--output`` is, in order (:func:`inspect_output`):
 
 - absent or empty: claimed (the marker is written);
-- a marker plus Lance's own folders and no committed version: the leftovers of a job that
+- a marker plus Lance's own folders (and prep's file indexes) and no committed version: the leftovers of a job that
   died before its commit, cleared and claimed (only under the lease, so never a live run's);
 - a committed prep table (a marker, or prep's metadata in a table made before markers
   existed): replaced only with ``overwrite``, by a new version;
@@ -47,6 +47,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Literal, Sequence
 
 import prep
+from prep.contracts.file_index import INDEX_DIR
 from prep.contracts.table import METADATA_KEY
 from prep.io import lance_tables
 from prep.io import storage
@@ -65,7 +66,8 @@ MARKER = JOB_MARKER
 HEARTBEAT_S = 10.0  # how often a holder refreshes its lease
 STALE_S = 120.0  # a lease not refreshed for this long belongs to a dead (or cut-off) holder
 _RECORD_BYTES = 1024  # local records are written padded, in one pwrite, so a reader never sees half of one
-_LANCE_ENTRIES = {"data", "_versions", "_transactions", "_indices", "_deletions", "_refs"}
+# Lance's own folders, and the file indexes a prepare step writes beside them (prep.contracts.file_index).
+_LANCE_ENTRIES = {"data", "_versions", "_transactions", "_indices", "_deletions", "_refs", INDEX_DIR}
 
 State = Literal["absent", "empty", "leftovers", "table"]
 

@@ -121,11 +121,15 @@ class Step:
 
     Args:
         version: the table version the step committed (None: a table written before steps were recorded).
-        added: the input files it prepared for the first time.
-        replaced: the files whose rows it replaced (``--update``: they had changed).
+        added: the input files it prepared for the first time (empty when ``file_index`` lists them).
+        replaced: the files whose rows it replaced (``--update``: they had changed; empty when ``file_index`` lists them).
+        files_added, files_replaced: how many files it added and replaced (``len(added)``, ``len(replaced)``
+            unless ``file_index`` lists them).
         rows_added, rows_removed: table rows it committed and deleted.
         tokens_added, tokens_removed: their tokens (text tables; 0 for images).
         rejects_version: the version of the rejects table committed with it (None: not recorded).
+        file_index: where the step listed the files it read, relative to the table, when they are too
+            many for the metadata (image folders: one file per row; :mod:`prep.contracts.file_index`).
     """
 
     version: int | None
@@ -136,6 +140,14 @@ class Step:
     tokens_added: int = 0
     tokens_removed: int = 0
     rejects_version: int | None = None
+    files_added: int | None = None
+    files_replaced: int | None = None
+    file_index: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, listed in (("files_added", self.added), ("files_replaced", self.replaced)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, len(listed))
 
     @classmethod
     def from_json(cls, raw: Any, where: str) -> Step:
@@ -145,32 +157,41 @@ class Step:
         for k, v in files.items():
             if not isinstance(v, list) or not all(isinstance(u, str) for u in v):
                 raise _fail(where, f"history.{k}={v!r} must be a list of URIs")
+        index = raw.get("file_index")
+        if index is not None and not isinstance(index, str):
+            raise _fail(where, f"history.file_index={index!r} must be a path")
         return cls(version=_int(where, "history.version", raw.get("version"), low=1, optional=True),
                    added=tuple(files["added"]), replaced=tuple(files["replaced"]),
                    **{k: _int(where, f"history.{k}", raw.get(k, 0)) for k in ("rows_added", "rows_removed", "tokens_added", "tokens_removed")},
-                   rejects_version=_int(where, "history.rejects_version", raw.get("rejects_version"), low=1, optional=True))
+                   rejects_version=_int(where, "history.rejects_version", raw.get("rejects_version"), low=1, optional=True),
+                   **{k: _int(where, f"history.{k}", raw.get(k), optional=True) for k in ("files_added", "files_replaced")},
+                   file_index=index)
 
     def describe(self) -> str:
         """One line for summaries and ``prep inspect``.
 
         >>> Step(version=2, added=("/d/c.jsonl",), rows_added=10, tokens_added=2085).describe()
         'version 2: +1 file (c.jsonl), +10 rows, +2,085 tokens'
+        >>> Step(version=3, files_added=2, files_replaced=1, rows_added=3, rows_removed=1, file_index="_prep_files/v3.parquet").describe()
+        'version 3: +2 files, replaced 1 file, +3 rows, -1 rows (files listed in _prep_files/v3.parquet)'
         """
-        def files(uris: tuple[str, ...]) -> str:
+        def files(n: int, uris: tuple[str, ...]) -> str:
             names = ", ".join(u.rsplit("/", 1)[-1] for u in uris[:3]) + (" ..." if len(uris) > 3 else "")
-            return f"{len(uris)} file{'s' if len(uris) != 1 else ''} ({names})"
+            return f"{n:,} file{'s' if n != 1 else ''}" + (f" ({names})" if uris else "")
 
-        parts = [f"+{files(self.added)}"] if self.added else []
-        parts += [f"replaced {files(self.replaced)}"] if self.replaced else []
+        parts = [f"+{files(self.files_added or 0, self.added)}"] if self.files_added else []
+        parts += [f"replaced {files(self.files_replaced or 0, self.replaced)}"] if self.files_replaced else []
         parts += [f"+{self.rows_added:,} rows"] + ([f"-{self.rows_removed:,} rows"] if self.rows_removed else [])
         if self.tokens_added or self.tokens_removed:
             parts += [f"+{self.tokens_added:,} tokens"] + ([f"-{self.tokens_removed:,} tokens"] if self.tokens_removed else [])
-        return f"version {self.version if self.version is not None else '?'}: " + ", ".join(parts)
+        where = f" (files listed in {self.file_index})" if self.file_index else ""
+        return f"version {self.version if self.version is not None else '?'}: " + ", ".join(parts) + where
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "added": list(self.added), "replaced": list(self.replaced),
                 "rows_added": self.rows_added, "rows_removed": self.rows_removed, "tokens_added": self.tokens_added,
-                "tokens_removed": self.tokens_removed, "rejects_version": self.rejects_version}
+                "tokens_removed": self.tokens_removed, "rejects_version": self.rejects_version,
+                "files_added": self.files_added, "files_replaced": self.files_replaced, "file_index": self.file_index}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,7 @@ no table version, so a job that dies part-way leaves nothing that looks complete
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from typing import Callable, Iterable
 
 import lance
 import pyarrow as pa
@@ -19,7 +19,10 @@ from prep.contracts.table import RejectsMetadata, TableMetadata, encode_metadata
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = ["table_exists", "open_table", "write_fragments", "commit_table", "commit_grown", "remove_table"]
+__all__ = ["table_exists", "open_table", "write_fragments", "commit_table", "commit_grown", "unfinished", "remove_table"]
+
+# The commit message of a step's rows committed without its metadata (which commits next).
+_UNFINISHED = "prep: a step's rows; its metadata commits next"
 
 log = logging.getLogger(__name__)
 
@@ -94,31 +97,58 @@ def commit_grown(
     keep: list[FragmentMetadata],
     new: Iterable[FragmentMetadata],
     *,
-    metadata: TableMetadata | RejectsMetadata,
-    intact: bool,
+    metadata: Callable[[int], TableMetadata | RejectsMetadata],
     storage_options: dict[str, str] | None = None,
 ) -> lance.LanceDataset:
-    """Commits ``keep`` (fragments of ``base``, as read from it) then ``new`` as the version after
-    ``base``, with ``metadata`` in the schema: one commit, and no data file is rewritten.
+    """Commits ``keep`` (fragments of ``base``, as read from it, some with rows deleted) then ``new``
+    on top of ``base``, with ``metadata(version)`` in the schema; no data file is rewritten.
 
-    ``intact``: ``keep`` is every fragment of ``base`` unchanged. Then, when ``base`` is the
-    latest version, it is a Lance ``Merge`` that keeps their fragment ids and row addresses;
-    otherwise (rows deleted, or ``base`` is not the latest) an ``Overwrite`` of the same
-    fragments, which renumbers fragment ids but keeps row order.
+    When ``base`` is not the latest version (a step killed after it committed on top of ``base``),
+    ``base`` is restored first, so this step replaces that one's. Then one commit where Lance has
+    an operation for it: a ``Merge`` when no fragment goes (kept fragments keep their ids, deleted
+    rows are marked in deletion files), an ``Overwrite`` when whole fragments go and no kept one
+    has deleted rows. Both at once (an ``--update`` of single images) is an ``Update`` and then the
+    metadata (``UpdateConfig``): a reader of the latest version between the two sees the new rows
+    under the metadata before, whose last step names the version it describes; a step killed there
+    is rebuilt from that version (:func:`unfinished`, :func:`prep.prepare.growth.read_prior`).
     """
     if not base.schema.equals(schema, check_metadata=False):
         raise PrepError(f"{base.uri} has columns {base.schema.names} of other types than this job writes ({schema.names}); "
                         "prepare the table anew with --overwrite")
-    schema = schema.with_metadata({**(schema.metadata or {}), **encode_metadata(metadata)})
+    if base.version != base.latest_version:
+        base.restore()
+        base = lance.dataset(base.uri, storage_options=storage_options)
     new = list(new)
-    if intact and base.version == base.latest_version:
+    dropped = sorted({f.fragment_id for f in base.get_fragments()} - {f.id for f in keep})
+
+    def with_metadata(version: int) -> pa.Schema:
+        return schema.with_metadata({**(schema.metadata or {}), **encode_metadata(metadata(version))})
+
+    def commit(op: lance.LanceOperation.BaseOperation, on: lance.LanceDataset, message: str | None = None) -> lance.LanceDataset:
+        return lance.LanceDataset.commit(on.uri, op, read_version=on.version, storage_options=storage_options, commit_message=message)
+
+    if not dropped:
         start = max((f.id for f in keep), default=-1) + 1
         for i, frag in enumerate(new):
             frag.id = start + i
-        op: lance.LanceOperation.BaseOperation = lance.LanceOperation.Merge(keep + new, LanceSchema.from_pyarrow(schema))
-    else:
-        op = lance.LanceOperation.Overwrite(schema, keep + new)
-    return lance.LanceDataset.commit(base.uri, op, read_version=base.latest_version, storage_options=storage_options)
+        return commit(lance.LanceOperation.Merge(keep + new, LanceSchema.from_pyarrow(with_metadata(base.version + 1))), base)
+    if not any(f.deletion_file for f in keep):
+        return commit(lance.LanceOperation.Overwrite(with_metadata(base.version + 1), keep + new), base)
+    entry = encode_metadata(metadata(base.version + 2))
+    if entry.items() <= (base.schema.metadata or {}).items():  # the metadata stays (a rejects table): one commit
+        return commit(lance.LanceOperation.Update(removed_fragment_ids=dropped, updated_fragments=keep, new_fragments=new), base)
+    grown = commit(lance.LanceOperation.Update(removed_fragment_ids=dropped, updated_fragments=keep, new_fragments=new), base, _UNFINISHED)
+    update = lance.LanceOperation.UpdateMap({k.decode(): v.decode() for k, v in entry.items()})
+    return commit(lance.LanceOperation.UpdateConfig(schema_metadata_updates=update), grown)
+
+
+def unfinished(ds: lance.LanceDataset) -> int | None:
+    """The version ``ds`` (its latest version) was committed on top of when it is the first half of a
+    :func:`commit_grown` whose metadata commit never came (the step was killed); else None."""
+    done = ds.read_transaction(ds.version)
+    if done is None or (done.transaction_properties or {}).get("__lance_commit_message") != _UNFINISHED:
+        return None
+    return int(done.read_version)
 
 
 def remove_table(uri: str, s3: storage.S3Options | None = None) -> None:

@@ -19,11 +19,13 @@ leftovers and replaces it. The commit points call :func:`prep.prepare.faults.may
 
 A job that grows a table (``append``/``update``, :mod:`prep.prepare.growth`) is the same
 run over the files the table does not hold yet (and, with ``update``, the changed ones):
-its rejects and its table are each one new version on top of the versions the table's
-last step recorded (:class:`prep.contracts.table.Step`), with the replaced files' rows and
-rejects deleted in that same commit. A step killed between its two commits left a rejects
-version no table step names: the rerun builds on the one the table names, so nothing is
-counted twice. The table's metadata holds the totals and the history of steps.
+its rejects and its table are each committed on top of the versions the table's last step
+recorded (:class:`prep.contracts.table.Step`), with the replaced files' rows and rejects
+deleted in that same commit (:func:`prep.io.lance_tables.commit_grown` says when Lance
+needs two). A job whose inputs are too many for the metadata (image folders) lists them
+in the step's file index (:mod:`prep.contracts.file_index`), written before the commit. A
+step killed between its rejects and its table left a rejects version no table step names:
+the rerun builds on the one the table names, so nothing is counted twice. The table's metadata holds the totals and the history of steps.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import pyarrow as pa
 import prep
 from prep.io import lance_tables
 from prep.io import storage
+from prep.contracts.file_index import drop_unreferenced, write_index
 from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, Step, TableMetadata, read_metadata
 from prep.runtime.config import JobConfig, config_hash
 from prep.errors import PrepError
@@ -71,8 +74,11 @@ class ChunkPlan:
         details: anything the job's metadata and summary need later (labels, tokenizer...).
         chunk_sources: the URI of the one source each chunk reads, when no chunk mixes files:
             then each source records its rows and data files, which ``update`` needs.
-        replaced: the sources among ``sources`` whose rows in the table this run replaces (``update``).
+        replaced: the files whose rows in the table this run replaces (``update``).
         unchanged: listed files the table already holds as they are, left alone (``append``).
+        file_index: the identity of every file this run reads, when ``sources`` records folders of
+            them (image folders: one file per row, too many for the metadata): the driver writes
+            them as the step's file index (:mod:`prep.contracts.file_index`); ``replaced`` among them.
     """
 
     chunks: list[Any]
@@ -81,6 +87,7 @@ class ChunkPlan:
     chunk_sources: list[str] | None = None
     replaced: list[str] = field(default_factory=list)
     unchanged: int = 0
+    file_index: list[dict[str, Any]] | None = None
 
 
 class PrepareJob(Protocol):
@@ -134,7 +141,7 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         prior.check_made_like(cfg, job.metadata(plan, {}))
         if not plan.sources:
             return _nothing_new(job, prior, plan, t0)
-    growth = Growth.of(prior, plan.replaced) if prior is not None else None
+    growth = Growth.of(prior, plan.replaced, cfg.rejects_uri) if prior is not None else None
     orphan = rejects_without_table(cfg.output, cfg.rejects_uri, s3)
     claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite or orphan or prior is not None, s3=s3)
     faults.maybe_raise("commit", "claimed")
@@ -150,16 +157,13 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
     sources = _with_rows(plan, results)
     totals = growth.totals(counts) if growth else counts
-    step = Step(version=_next_version(cfg.output, opts), added=tuple(s["uri"] for s in plan.sources if s["uri"] not in plan.replaced),
-                replaced=tuple(plan.replaced), rows_added=counts["rows_written"], tokens_added=counts.get("tokens", 0),
-                rows_removed=growth.removed.get("rows_written", 0) if growth else 0,
-                tokens_removed=growth.removed.get("tokens", 0) if growth else 0)
+    step = _step(plan, counts, growth, _next_version(cfg.output, opts), cfg.output, s3)
     metadata = TableMetadata.from_json({
         "format": TABLE_FORMAT,
         "prep_version": prep.__version__,
         "config": cfg.model_dump(mode="json", exclude={"s3"}),
         "config_hash": config_hash(cfg),
-        "sources": (growth.kept_sources() if growth else []) + sources,
+        "sources": (growth.kept_sources(sources) if growth else []) + sources,
         "counts": totals,
         "rejects_uri": cfg.rejects_uri,
         "history": [h.to_json() for h in ((prior.metadata.history if prior else ()) + (step,))],
@@ -167,14 +171,15 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     }, cfg.output)  # the parser that readers use checks what is written, too
     for lease in leases:
         lease.check()  # a run that lost its lease (it looked dead) commits nothing
-    commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
+    metadata = commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
                          rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction, growth=growth)
+    drop_unreferenced(cfg.output, [h.file_index for h in metadata.history if h.file_index], s3)  # a killed step's, a replaced table's
     if cfg.overwrite or orphan:
         drop_old_versions(cfg, s3)
         faults.maybe_raise("commit", "cleaned")
     t_end = time.perf_counter()
     return {
-        **_common_summary(job, plan, metadata, executor, step),
+        **_common_summary(job, plan, metadata, executor, metadata.history[-1]),
         **{k: counts[k] for k in REQUIRED_COUNTS},
         "seconds": {
             "ray_start": round(ray_seconds, 2),
@@ -197,8 +202,8 @@ def _common_summary(job: PrepareJob, plan: ChunkPlan, metadata: TableMetadata, e
         "chunks": len(plan.chunks),
         "executor": executor,
         "sources": len(plan.sources),
-        "step": {"version": step.version if step else None, "added": len(step.added) if step else 0,
-                 "replaced": len(step.replaced) if step else 0, "unchanged": plan.unchanged,
+        "step": {"version": step.version if step else None, "added": step.files_added if step else 0,
+                 "replaced": step.files_replaced if step else 0, "unchanged": plan.unchanged,
                  "rows_added": step.rows_added if step else 0, "rows_removed": step.rows_removed if step else 0},
         "history": [h.to_json() for h in metadata.history],
     }
@@ -219,18 +224,33 @@ def _nothing_new(job: PrepareJob, prior: Prior, plan: ChunkPlan, t0: float) -> d
     }
 
 
+def _step(plan: ChunkPlan, counts: dict[str, int], growth: Growth | None, version: int, output: str,
+          s3: storage.S3Options) -> Step:
+    """The step this run commits as ``version``; its file index written first, when the plan has one."""
+    removed = dict(growth.removed) if growth else {}
+    made = dict(version=version, rows_added=counts["rows_written"], tokens_added=counts.get("tokens", 0),
+                rows_removed=removed.get("rows_written", 0), tokens_removed=removed.get("tokens", 0))
+    if plan.file_index is None:
+        return Step(added=tuple(s["uri"] for s in plan.sources if s["uri"] not in plan.replaced), replaced=tuple(plan.replaced), **made)
+    return Step(files_added=len(plan.file_index) - len(plan.replaced), files_replaced=len(plan.replaced),
+                file_index=write_index(output, version, plan.file_index, s3), **made)
+
+
 def _with_rows(plan: ChunkPlan, results: list[ChunkResult]) -> list[dict[str, Any]]:
-    """``plan.sources``, each with the counts and the data files of its rows when chunks do not mix files."""
+    """``plan.sources``, each with the counts and the data files of its rows and of its rejects
+    when chunks do not mix files."""
     if plan.chunk_sources is None:
         return list(plan.sources)
     counts: dict[str, Counter] = {s["uri"]: Counter() for s in plan.sources}
     files: dict[str, list[str]] = {s["uri"]: [] for s in plan.sources}
+    rejects: dict[str, list[str]] = {s["uri"]: [] for s in plan.sources}
     for r in results:
         uri = plan.chunk_sources[r.index]
         counts[uri].update(r.counts)
         files[uri] += [d.path for f in r.fragments for d in f.files]
-    return [{**s, "counts": {k: int(v) for k, v in sorted(counts[s["uri"]].items())}, "data_files": files[s["uri"]]}
-            for s in plan.sources]
+        rejects[uri] += [d.path for f in r.reject_fragments for d in f.files]
+    return [{**s, "counts": {k: int(v) for k, v in sorted(counts[s["uri"]].items())}, "data_files": files[s["uri"]],
+             "reject_files": rejects[s["uri"]]} for s in plan.sources]
 
 
 def _next_version(uri: str, opts: dict[str, str] | None) -> int:
@@ -307,9 +327,10 @@ def commit_and_reconcile(
     s3: storage.S3Options,
     max_reject_fraction: float,
     growth: Growth | None = None,
-) -> None:
+) -> TableMetadata:
     """Commits the rejects, checks every count against its other side and the reject
-    budget, then commits the table.
+    budget, then commits the table; returns ``metadata`` as committed (its last step
+    naming the versions committed).
 
     The table is committed last and only when the counts reconcile and the rejects
     are within ``max_reject_fraction``, so a complete-looking table implies complete
@@ -323,15 +344,17 @@ def commit_and_reconcile(
     """
     rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
     reject_fragments = [f for r in results for f in r.reject_fragments]
-    base = rejects_base(growth, rejects, rejects_opts)
+    base = rejects_base(growth.prior if growth else None, rejects, rejects_opts)
     if base is None:
         rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
         had_rows = had_files = 0
     else:
-        keep, intact = without_sources(base, growth.replaced if growth else ())
-        had_rows, had_files = reject_counts(base, growth.replaced if growth else ())
-        rej = lance_tables.commit_grown(base, REJECTS_SCHEMA, keep, reject_fragments, metadata=RejectsMetadata(of=output),
-                                        intact=intact, storage_options=rejects_opts)
+        gone = growth.removed_reject_files() if growth else set()
+        left = [f for f in base.get_fragments() if not gone & {d.path for d in f.metadata.files}]
+        keep = without_sources(left, growth.replaced if growth else ())
+        had_rows, had_files = reject_counts(left, growth.replaced if growth else ())
+        rej = lance_tables.commit_grown(base, REJECTS_SCHEMA, keep, reject_fragments, metadata=lambda _: RejectsMetadata(of=output),
+                                        storage_options=rejects_opts)
     faults.maybe_raise("commit", "rejects")
     rejected_rows = rej.count_rows(filter="position != 'file'") - had_rows
     rejected_files = rej.count_rows() - rejected_rows - had_rows - had_files
@@ -347,32 +370,31 @@ def commit_and_reconcile(
         table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
         faults.maybe_raise("commit", "table")
         _check("rows in the written fragments", in_fragments, f"rows committed to {output}", table.count_rows())
-        return
+        return metadata
     base_table = growth.prior.dataset
     gone = growth.removed_data_files()
-    kept = [f.metadata for f in base_table.get_fragments() if not gone & {d.path for d in f.metadata.files}]
+    kept = without_sources([f for f in base_table.get_fragments() if not gone & {d.path for d in f.metadata.files}], growth.by_rows)
     removed_rows = base_table.count_rows() - sum(f.physical_rows - (f.deletion_file.num_deleted_rows if f.deletion_file else 0) for f in kept)
-    _check("rows the replaced files gave (recorded)", int(growth.removed.get("rows_written", 0)), "rows of their fragments", removed_rows)
+    _check("rows the replaced files gave (recorded or counted)", int(growth.removed.get("rows_written", 0)), "rows removed from the table", removed_rows)
     _check("rejected rows the replaced files gave (recorded)", int(growth.removed.get("rows_rejected", 0)), f"their rows in {rejects}",
-           reject_counts(base, ())[0] - had_rows if base is not None else 0)
-    metadata = _stamped(metadata, rej.version)
-    table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=metadata, intact=len(kept) == len(base_table.get_fragments()),
+           reject_counts(base.get_fragments(), ())[0] - had_rows if base is not None else 0)
+    table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=lambda v: _stamped(metadata, rej.version, v),
                                       storage_options=output_opts)
     faults.maybe_raise("commit", "table")
-    if metadata.history[-1].version != table.version:
-        raise PrepError(f"{output}: this step committed version {table.version}, not {metadata.history[-1].version}: another "
-                        "writer committed meanwhile, around prep's lease; check who writes it, then rerun with --overwrite")
+    metadata = _stamped(metadata, rej.version, table.version)
     _check("rows in the written fragments", in_fragments, f"rows {output} gained", table.count_rows() - base_table.count_rows() + removed_rows)
     _check("rows the table's counts say", metadata.counts.get("rows_written", 0), f"rows committed to {output}", table.count_rows())
     _check("rejected rows the table's counts say", metadata.counts.get("rows_rejected", 0), f"rows in {rejects}",
            rej.count_rows(filter="position != 'file'"))
+    return metadata
 
 
-def _stamped(metadata: TableMetadata, rejects_version: int) -> TableMetadata:
-    """``metadata`` with its last step naming the rejects version committed with it."""
+def _stamped(metadata: TableMetadata, rejects_version: int, version: int | None = None) -> TableMetadata:
+    """``metadata`` with its last step naming the rejects version committed with it (and the version it commits)."""
     if not isinstance(metadata, TableMetadata) or not metadata.history:
         return metadata
-    last = dataclasses.replace(metadata.history[-1], rejects_version=int(rejects_version))
+    last = dataclasses.replace(metadata.history[-1], rejects_version=int(rejects_version),
+                               **({"version": version} if version is not None else {}))
     return dataclasses.replace(metadata, history=metadata.history[:-1] + (last,))
 
 

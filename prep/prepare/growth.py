@@ -8,7 +8,14 @@ from-scratch run over all the files would give), and keeps the files whose ident
 still matches: only the others are prepared. A file the table holds whose size, mtime
 or ETag differs is refused (one line naming it) unless ``--update`` replaces its rows.
 A job whose config or tokenizer differs from the table's is refused before anything is
-read: rows of two configs in one table would not be a from-scratch run of either.
+read: rows of two configs in one table would not be a from-scratch run of either. Its class
+names may only grow at the end (new classes that sort after every class it has), so no row
+it holds changes its label.
+
+A table whose inputs are too many for its metadata (an image folder: one file per row)
+keeps their identities in its steps' file indexes (:mod:`prep.contracts.file_index`); their
+rows carry the file's URI in their ``source`` column, so ``--update`` deletes a changed
+file's rows (and its rejects) by that column, in the same commit.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any, Generic, Mapping, Sequence, TypeVar
 import lance
 from pydantic import BaseModel
 
+from prep.contracts.file_index import read_index
 from prep.contracts.table import TableMetadata, read_table_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
@@ -62,22 +70,33 @@ class Prior:
     uri: str
     dataset: lance.LanceDataset
     metadata: TableMetadata
+    s3: storage.S3Options | None = None
 
     @functools.cached_property
     def sources(self) -> dict[str, Mapping[str, Any]]:
-        """The recorded input files by URI."""
+        """The recorded sources by URI."""
         return {str(s.get("uri")): s for s in self.metadata.sources}
 
+    @functools.cached_property
+    def indexed(self) -> dict[str, Mapping[str, Any]]:
+        """The input files its steps' file indexes list, by URI (one scan of each index)."""
+        return read_index(self.uri, [h.file_index for h in self.metadata.history if h.file_index], self.s3)
+
+    @functools.cached_property
+    def files(self) -> dict[str, Mapping[str, Any]]:
+        """Every input file it holds, by URI: the recorded sources with an id key, and the indexed files."""
+        return {**{u: s for u, s in self.sources.items() if "key" in s}, **self.indexed}
+
     def id_root(self) -> IdRoot:
-        """The root its row ids were made under, read back from its sources' id keys.
+        """The root its row ids were made under, read back from its files' id keys.
 
         Raises:
             PrepError: the table records no id keys (prep made it before ``--append`` existed).
         """
-        if not self.metadata.sources or any("key" not in s for s in self.metadata.sources):
+        if not self.files or (not self.indexed and any("key" not in s for s in self.metadata.sources)):
             raise PrepError(f"{self.uri} records no id key per input file (prep {self.metadata.prep_version} made it, "
                             "before --append existed): prepare it anew once with --overwrite, then append to it")
-        roots = {id_root_of(str(s["uri"]), str(s["key"])) for s in self.metadata.sources}
+        roots = {id_root_of(str(s["uri"]), str(s["key"])) for s in self.files.values()}
         if len(roots) != 1:
             raise PrepError(f"{self.uri} records id keys under {len(roots)} roots ({sorted(str(r.path) for r in roots)[:3]}): "
                             "its metadata was edited or is corrupt; prepare it anew with --overwrite")
@@ -97,7 +116,9 @@ class Prior:
         pairs = [(f"config {k}", theirs.get(k, defaults.get(k)), ours.get(k)) for k in sorted(set(ours) | set(theirs))]
         pairs += [(k, recorded.get(k), made_with.get(k)) for k in MADE_WITH if k in made_with]
         for name, was, now in pairs:
-            if was != now:
+            if name == "labels" and was != now:
+                _check_labels_grow(self.uri, was or [], now or [])
+            elif was != now:
                 raise PrepError(f"{self.uri} was made with {name}={_short(was)}, this job has {_short(now)}: appending would mix "
                                 "rows of two configs; append with the table's config, or prepare anew with --overwrite")
 
@@ -107,7 +128,7 @@ class Prior:
         Raises:
             PrepError: a file the table holds changed since and ``update`` is off, naming it.
         """
-        held, chosen, changed = self.sources, [], []
+        held, chosen, changed = self.files, [], []
         for f in files:
             how = _differs(held[f.uri], f) if f.uri in held else ""
             if f.uri not in held or how:
@@ -122,6 +143,26 @@ class Prior:
         if gone:
             log.info("%d file(s) of %s are not among the inputs now; their rows stay", gone, self.uri)
         return Selection(chosen, [uri for uri, _ in changed], len(files) - len(chosen))
+
+
+def _check_labels_grow(uri: str, was: list[str], now: list[str]) -> None:
+    """Accepts class names that keep every class of ``was`` at its number (new ones sort after all of
+    them, as a from-scratch run over all the files then numbers them); refuses anything else, naming a new class.
+
+    >>> _check_labels_grow("t", ["ants", "bees"], ["ants", "bees", "wasps"])
+    >>> _check_labels_grow("t", ["ants", "bees"], ["ants", "aphids", "bees"])
+    Traceback (most recent call last):
+    prep.errors.PrepError: t has classes ['ants', 'bees'] (label 0-1); the new class 'aphids' sorts before 'bees', so a from-scratch run would renumber them to ['ants', 'aphids', 'bees']: prepare all the images anew with --overwrite (labels: in the config pins the numbering, new classes listed last), or name the new class so it sorts after 'bees'
+    """
+    if was and now[: len(was)] == was:
+        return
+    new = [n for n in now if n not in was]
+    if not was or not new:
+        raise PrepError(f"{uri} was made with labels={_short(was)}, this job has {_short(now)}: appending would mix "
+                        "rows of two label maps; append with the table's config, or prepare anew with --overwrite")
+    raise PrepError(f"{uri} has classes {_short(was)} (label 0-{len(was) - 1}); the new class {new[0]!r} sorts before {was[-1]!r}, "
+                    f"so a from-scratch run would renumber them to {_short(now)}: prepare all the images anew with --overwrite "
+                    f"(labels: in the config pins the numbering, new classes listed last), or name the new class so it sorts after {was[-1]!r}")
 
 
 def _defaults(model: type[BaseModel]) -> dict[str, Any]:
@@ -160,31 +201,47 @@ def read_prior(uri: str, s3: storage.S3Options) -> Prior | None:
     if not lance_tables.table_exists(uri, opts):
         return None
     ds = lance_tables.open_table(uri, storage_options=opts)
-    return Prior(uri, ds, read_table_metadata(ds, uri))
+    before = lance_tables.unfinished(ds)
+    if before is not None:  # a step died between its rows and its metadata: build on the version before it
+        log.warning("%s: version %d holds the rows of a step that did not finish; this step builds on version %d", uri, ds.version, before)
+        ds = lance_tables.open_table(uri, version=before, storage_options=opts)
+    return Prior(uri, ds, read_table_metadata(ds, uri), s3)
 
 
 @dataclass(frozen=True)
 class Growth:
-    """What a step on top of ``prior`` keeps and replaces: the sources' recorded rows it removes."""
+    """What a step on top of ``prior`` keeps and replaces: the sources' rows it removes.
+
+    A replaced file whose rows the table recorded (``data_files``: its chunks held no other
+    file's rows) goes with its fragments, and its rejects with theirs (``reject_files``) and by
+    their ``source``; an indexed file's rows (``by_rows``) are deleted by
+    their ``source`` column, and what they counted is counted in the table and its rejects.
+    """
 
     prior: Prior
     replaced: tuple[str, ...]
     removed: Mapping[str, int]
+    by_rows: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, prior: Prior, replaced: list[str]) -> Growth:
+    def of(cls, prior: Prior, replaced: list[str], rejects: str) -> Growth:
         """Raises PrepError when a replaced file's rows were not recorded (chunks that mix files)."""
         removed: Counter = Counter()
-        for uri in replaced:
-            recorded = prior.sources[uri]
+        by_rows = tuple(u for u in replaced if u in prior.indexed)
+        for uri in (u for u in replaced if u not in by_rows):
+            recorded = prior.files[uri]
             if "data_files" not in recorded:
                 raise PrepError(f"{uri} changed, but {prior.uri} does not record which rows it gave (its chunks mix files): "
                                 "--update cannot replace them; prepare the table anew with --overwrite")
             removed.update(recorded.get("counts") or {})
-        return cls(prior, tuple(replaced), dict(removed))
+        if by_rows:
+            removed.update(_counted(prior, by_rows, rejects))
+        return cls(prior, tuple(replaced), dict(removed), by_rows)
 
-    def kept_sources(self) -> list[dict[str, Any]]:
-        return [dict(s) for s in self.prior.metadata.sources if s.get("uri") not in self.replaced]
+    def kept_sources(self, step: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The prior's sources the step neither replaced nor records anew (an image folder it listed again)."""
+        gone = set(self.replaced) | {s["uri"] for s in step}
+        return [dict(s) for s in self.prior.metadata.sources if s.get("uri") not in gone]
 
     def totals(self, step: Mapping[str, int]) -> dict[str, int]:
         """The table's counts after the step: the prior's, less the replaced files', plus the step's."""
@@ -192,38 +249,55 @@ class Growth:
         return {k: int(had.get(k, 0)) - int(self.removed.get(k, 0)) + int(step.get(k, 0)) for k in sorted(set(had) | set(step))}
 
     def removed_data_files(self) -> set[str]:
-        return {p for uri in self.replaced for p in self.prior.sources[uri].get("data_files", [])}
+        return {p for uri in self.replaced for p in self.prior.files[uri].get("data_files", [])}
+
+    def removed_reject_files(self) -> set[str]:
+        """The rejects' data files the replaced files' chunks wrote (their rejects may name
+        other URIs: a manifest's images), recorded like their ``data_files``."""
+        return {p for uri in self.replaced for p in self.prior.files[uri].get("reject_files", [])}
 
 
-def rejects_base(growth: Growth | None, rejects: str, opts: dict[str, str] | None) -> Any:
+def _counted(prior: Prior, uris: tuple[str, ...], rejects: str) -> dict[str, int]:
+    """What the indexed files ``uris`` counted, counted where their rows are: one row or one reject
+    per image (its file's recorded size read), files rejected whole."""
+    where = source_filter(uris)
+    written = prior.dataset.to_table(columns=["source"], filter=where).column("source").to_pylist()
+    base = rejects_base(prior, rejects, storage.lance_storage_options(rejects, prior.s3))
+    rejected = base.to_table(columns=["source"], filter=f"({where}) AND position != 'file'").column("source").to_pylist() if base else []
+    files = base.count_rows(filter=f"({where}) AND position = 'file'") if base else 0
+    return {"rows_read": len(written) + len(rejected), "rows_accepted": len(written), "rows_written": len(written),
+            "rows_rejected": len(rejected), "files_rejected": files, "bytes_read": sum(int(prior.indexed[u]["size"]) for u in written + rejected)}
+
+
+def rejects_base(prior: Prior | None, rejects: str, opts: dict[str, str] | None) -> Any:
     """The rejects version a growing step builds on: the one the table's last step names (a later
     one is a killed step's), else the latest; None when there is none (a first run)."""
-    if growth is None or not lance_tables.table_exists(rejects, opts):
+    if prior is None or not lance_tables.table_exists(rejects, opts):
         return None
-    return lance_tables.open_table(rejects, version=growth.prior.metadata.history[-1].rejects_version, storage_options=opts)
+    return lance_tables.open_table(rejects, version=prior.metadata.history[-1].rejects_version, storage_options=opts)
 
 
 def source_filter(uris: tuple[str, ...]) -> str:
     return "source IN (" + ", ".join("'" + u.replace("'", "''") + "'" for u in uris) + ")"
 
 
-def without_sources(ds: Any, uris: tuple[str, ...]) -> tuple[list[Any], bool]:
-    """``ds``'s fragments with the rows whose ``source`` is in ``uris`` deleted; and whether none was."""
+def without_sources(fragments: list[Any], uris: tuple[str, ...]) -> list[Any]:
+    """The metadata of ``fragments`` (of one dataset) with the rows whose ``source`` is in ``uris``
+    deleted: a deletion file each, their data files untouched; a fragment left empty is dropped."""
     if not uris:
-        return [f.metadata for f in ds.get_fragments()], True
-    keep, intact, where = [], True, source_filter(uris)
-    for f in ds.get_fragments():
+        return [f.metadata for f in fragments]
+    keep, where = [], source_filter(uris)
+    for f in fragments:
         hit = f.count_rows(filter=where)
-        intact = intact and not hit
         if not hit:
             keep.append(f.metadata)
         elif hit < f.count_rows():
             keep.append(f.delete(where))
-    return keep, intact
+    return keep
 
 
-def reject_counts(ds: Any, without: tuple[str, ...]) -> tuple[int, int]:
-    """``(row rejects, file rejects)`` in ``ds``, leaving out those of the sources ``without``."""
+def reject_counts(fragments: list[Any], without: tuple[str, ...]) -> tuple[int, int]:
+    """``(row rejects, file rejects)`` in ``fragments`` (of a rejects table), leaving out those of the sources ``without``."""
     extra = f" AND NOT ({source_filter(without)})" if without else ""
-    rows = ds.count_rows(filter="position != 'file'" + extra)
-    return rows, ds.count_rows(filter="position = 'file'" + extra)
+    return (sum(f.count_rows(filter="position != 'file'" + extra) for f in fragments),
+            sum(f.count_rows(filter="position = 'file'" + extra) for f in fragments))

@@ -196,6 +196,15 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
 
 
+# Set anew for every test phase by pytest: a child restarted for it costs a torch import per test.
+_PER_TEST = ("PYTEST_CURRENT_TEST",)
+
+
+def _lasting(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without what changes on its own between two jobs and no job reads."""
+    return {k: v for k, v in env.items() if k not in _PER_TEST}
+
+
 class _Sandbox:
     """The parent side: one child process, restarted after it dies or is killed, or when the
     environment it would start with changed (a child keeps the one it started with)."""
@@ -235,7 +244,7 @@ class _Sandbox:
     def _attempt(self, request: bytes, timeout: float) -> tuple[str, Any]:
         """Runs one request: ``("ok", value)``, ``("error", text)``, or ``("died", (item, reason))``."""
         env = _child_env()
-        if self._proc is None or self._proc.poll() is not None or env != self._env:  # a kept child must see today's environment
+        if self._proc is None or self._proc.poll() is not None or _lasting(env) != _lasting(self._env):  # a kept child must see today's environment
             self._stop()
             self._start(env)
         _MARK.pack_into(self._page, 0, _IDLE)

@@ -18,7 +18,7 @@ import torchvision
 
 from prep.io import storage
 from prep.prepare.driver import ChunkPlan, run_prepare
-from prep.prepare.summary import where_it_ran
+from prep.prepare.summary import what_it_did, where_it_ran
 from prep.prepare.growth import Prior
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan
@@ -45,7 +45,9 @@ class ImagesJob:
 
     def plan(self, s3: storage.S3Options, prior: Prior | None = None) -> ChunkPlan:
         planned = plan(self.cfg, s3, prior)
-        return ChunkPlan(planned.chunks, planned.sources, {"labels": planned.labels, "source_kind": planned.kind})
+        return ChunkPlan(planned.chunks, planned.sources, {"labels": planned.labels, "source_kind": planned.kind},
+                         chunk_sources=planned.chunk_sources, replaced=planned.replaced, unchanged=planned.unchanged,
+                         file_index=planned.file_index)
 
     def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> ImageChunkWorker:
         return ImageChunkWorker(self.cfg, plan.details["labels"], s3)
@@ -82,7 +84,8 @@ def run_decode_images(cfg: ImagesConfig) -> dict[str, Any]:
     """
     summary = run_prepare(ImagesJob(cfg))
     bytes_written = _table_bytes(cfg.output, cfg.s3.options().resolved())
-    rows, job_seconds = summary["rows_written"], summary["seconds"]["job"]
+    rows = sum(h["rows_added"] - h["rows_removed"] for h in summary["history"])  # the table's, as bytes_written is
+    job_seconds = summary["seconds"]["job"]
     summary.update(
         bytes_written=bytes_written,
         bytes_per_image=round(bytes_written / rows) if rows else 0,
@@ -103,16 +106,20 @@ def _table_bytes(uri: str, s3: storage.S3Options) -> int:
 def format_summary(summary: dict[str, Any]) -> str:
     """A few lines a person reads after a run (also what docs/images.md shows)."""
     s = summary
+    grew = s["mode"] in ("append", "update")
+    if grew and s["step"]["version"] is None:
+        return what_it_did(s)[0]
     h, w, c = s["shape"]
     formats = ", ".join(f"{k} {v:,}" for k, v in s["formats"].items()) or "none"
     lines = [
+        f"  this step: images {h}x{w}x{c}, {s['source_kind']}, {len(s['labels'])} classes" if grew else
         f"wrote {s['table']} (images {h}x{w}x{c}, {s['source_kind']}, {len(s['labels'])} classes)",
         f"  images: read {s['rows_read']:,} = written {s['rows_written']:,} + rejected {s['rows_rejected']:,}"
         + (f" ({s['files_rejected']} unreadable containers)" if s["files_rejected"] else ""),
         f"  formats: {formats}" + (f"; {s['decoded_with_pil']:,} decoded by the Pillow fallback" if s["decoded_with_pil"] else ""),
-        f"  size: {s['bytes_written']:,} bytes ({s['bytes_per_image']:,} per image)",
+        f"  size: {'the table now ' if grew else ''}{s['bytes_written']:,} bytes ({s['bytes_per_image']:,} per image)",
         f"  rejects: {s['rejects']}",
         f"  time: {s['seconds']['total']}s ({where_it_ran(s)}job {s['seconds']['job']}s, "
         f"{s['images_per_s']:,} images/s) over {s['chunks']} chunks",
     ]
-    return "\n".join(lines)
+    return "\n".join((what_it_did(s) if grew else []) + lines)

@@ -3,17 +3,23 @@
 The driver plans from listings and small files only (directory listings, manifests,
 tar and Parquet file sizes, Parquet footers), so the same inputs give the same
 chunks and the same row order on any cluster. A chunk is a run of consecutive image
-files (ImageFolder, manifest), one tar shard (WebDataset) or a range of row groups
-(Parquet). Workers read chunks with :func:`read_chunk`, which yields a
+files (ImageFolder; a manifest's, never two manifests'), one tar shard (WebDataset) or a
+range of row groups (Parquet). Workers read chunks with :func:`read_chunk`, which yields a
 :class:`Sample` per image or a :class:`~prep.prepare.rejects.Reject`.
 
 Row order: inputs in the order given; inside each, files sorted by path (ImageFolder),
 manifest rows in file order, tar members in archive order, Parquet rows in file order.
+
+Growing a table (``--append``/``--update``, :mod:`prep.prepare.growth`): the unit is the
+input file: a tar shard, a Parquet file, a manifest, or one image of an ImageFolder tree.
+An ImageFolder table records its input folders in its metadata and its image files in its
+steps' file indexes (:mod:`prep.contracts.file_index`); an image it rejected is held as
+much as one it wrote. Only the selected files are read; class names discovered by an
+append are the table's and the new files' (a file the table holds added its class then).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 from dataclasses import dataclass, field
@@ -25,7 +31,8 @@ from prep.prepare.images import shards, tables
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.labels import LabelMap
 from prep.prepare.ids import key_hash
-from prep.prepare.listing import Listing, list_inputs
+from prep.prepare.growth import Prior, Selection
+from prep.prepare.listing import ListedFile, Listing, list_inputs
 from prep.prepare.images.samples import FILE_KEY, Sample
 from prep.prepare.images.shards import TarChunk
 from prep.prepare.images.tables import ParquetChunk
@@ -60,13 +67,21 @@ class FilesChunk:
 
 @dataclass
 class ImagePlan:
-    """What the driver decided: the source kind, the chunks, the labels, the sources' identity."""
+    """What the driver decided: the source kind, the chunks, the labels, the sources' identity.
+
+    ``chunk_sources``, ``replaced``, ``unchanged`` and ``file_index`` are
+    :class:`~prep.prepare.driver.ChunkPlan`'s.
+    """
 
     kind: str
     chunks: list[Any]
     labels: LabelMap
     sources: list[dict[str, Any]] = field(default_factory=list)
     files: int = 0
+    chunk_sources: list[str] | None = None
+    replaced: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    file_index: list[dict[str, Any]] | None = None
 
 
 def _infer_kind(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | None) -> str:
@@ -88,25 +103,29 @@ def _infer_kind(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | Non
     raise PrepError(f"{given}: cannot tell the source kind from {sorted(exts)}; set source: imagefolder, manifest, webdataset or parquet")
 
 
-def _imagefolder(listing: Listing) -> tuple[list[FileItem], dict[str, Any]]:
+def _imagefolder(listing: Listing, chosen: set[str]) -> tuple[list[FileItem], dict[str, Any]]:
+    """The items of the ``chosen`` files of ``listing``, and the folder as listed (its files are in the file index)."""
     if not listing.is_dir:
         raise PrepError(f"input {listing.given}: an ImageFolder input must be a directory of class folders (root/<class>/image)")
-    items, digest, total = [], hashlib.sha256(), 0
+    items = []
     for f in listing.files:
-        total += f.size
-        digest.update(f"{f.key}\0{f.size}\0{f.mtime}\n".encode())
+        if f.uri not in chosen:
+            continue
         if "/" not in f.key:
             items.append(FileItem(f.uri, f.ids_from, size=f.size, problem="not inside a class folder (expected root/<class>/image)"))
         else:
             items.append(FileItem(f.uri, f.ids_from, label=f.key.split("/", 1)[0], size=f.size))
-    return items, {"uri": listing.given, "files": len(listing.files), "bytes": total, "listing_sha256": digest.hexdigest()}
+    return items, {"uri": listing.given, "files": len(listing.files), "bytes": sum(f.size for f in listing.files)}
 
 
-def _manifest(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | None) -> tuple[list[FileItem], list[dict[str, Any]]]:
-    items, sources = [], []
-    for f in listing.files:
+def _manifest(cfg: ImagesConfig, files: list[ListedFile], s3: storage.S3Options | None) -> tuple[list[list[FileItem]], list[dict[str, Any]]]:
+    """The items of each manifest in ``files``, and the manifests' identities."""
+    groups, sources = [], []
+    for f in files:
         uri = f.uri
         rows = tables.read_label_file(uri, cfg.path_column, cfg.label_column, s3)
+        items: list[FileItem] = []
+        groups.append(items)
         base = cfg.image_root or posixpath.dirname(uri)
         for i, (path, label, problem) in enumerate(rows):
             if problem is not None:
@@ -119,7 +138,7 @@ def _manifest(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | None)
             target = path if "://" in path or os.path.isabs(path) else storage.join(base, path)
             items.append(FileItem(target, path, label=label))
         sources.append({**f.describe(), "rows": len(rows)})
-    return items, sources
+    return groups, sources
 
 
 def _file_chunks(items: list[FileItem], cfg: ImagesConfig) -> list[FilesChunk]:
@@ -135,60 +154,65 @@ def _file_chunks(items: list[FileItem], cfg: ImagesConfig) -> list[FilesChunk]:
     return chunks
 
 
-def _labels(cfg: ImagesConfig, kind: str, raw: list[Any]) -> LabelMap:
+def _labels(cfg: ImagesConfig, kind: str, raw: list[Any], held: list[str]) -> LabelMap:
+    """The configured class names, else those discovered in ``raw`` and the ``held`` ones (a table's, on append)."""
     if cfg.labels is not None:
         return LabelMap(tuple(cfg.labels))
-    names = [x for x in raw if x is not None]
+    names = [x for x in raw if x is not None] + held
     if kind == "imagefolder" or any(isinstance(x, str) and not x.strip().lstrip("-").isdigit() for x in names):
         return LabelMap.discovered(names)
     return LabelMap(None)
 
 
-def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None, prior: Any = None) -> ImagePlan:
-    """Lists the inputs, picks the source kind, fixes the labels and cuts chunks.
+def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None, prior: Prior | None = None) -> ImagePlan:
+    """Lists the inputs, picks the source kind, fixes the labels and cuts chunks; with ``prior``
+    (an append), plans only the files ``prior`` does not hold as they are.
 
     Raises:
         PrepError: an input is missing or empty, kinds differ between inputs, or a
-            manifest/Parquet file lacks the configured columns; ``prior`` given (an
-            append: image tables do not record per-file provenance yet).
+            manifest/Parquet file lacks the configured columns; with ``prior``, a file
+            it holds changed and ``cfg.update`` is off.
     """
-    if prior is not None:
-        raise PrepError(f"decode-images cannot append to {prior.uri} yet (an image table records its inputs per folder, "
-                        "not per file); prepare all the images anew with --overwrite")
     s3 = s3 or cfg.s3.options().resolved()
-    listings = list_inputs(cfg.inputs, s3)
+    listings = list_inputs(cfg.inputs, s3, id_root=prior.id_root() if prior else None)
     kinds = {cfg.source if cfg.source != "auto" else _infer_kind(cfg, listing, s3) for listing in listings}
     if len(kinds) > 1:
         raise PrepError(f"inputs {cfg.inputs} mix source kinds {sorted(kinds)}; prepare them as separate tables")
     kind = kinds.pop()
-    if kind in ("imagefolder", "manifest"):
+    listed = [f for listing in listings for f in listing.files]
+    picked = prior.select(listed, update=cfg.update) if prior else Selection.everything(listed)
+    held = [str(n) for n in prior.metadata.extra.get("labels") or []] if prior else []
+    grown = dict(replaced=picked.replaced, unchanged=picked.unchanged)
+    if kind == "imagefolder":
+        chosen = {f.uri for f in picked.files}
         items: list[FileItem] = []
-        sources: list[dict[str, Any]] = []
+        folders = []
         for listing in listings:
-            if kind == "imagefolder":
-                found, src = _imagefolder(listing)
-                items += found
-                sources.append(src)
-            else:
-                found, srcs = _manifest(cfg, listing, s3)
-                items += found
-                sources += srcs
-        labels = _labels(cfg, kind, [i.label for i in items if i.problem is None])
-        return ImagePlan(kind, _file_chunks(items, cfg), labels, sources, len(items))
-    described = [f for listing in listings for f in listing.files]
+            found, folder = _imagefolder(listing, chosen)
+            items += found
+            folders.append(folder)
+        labels = _labels(cfg, kind, [i.label for i in items if i.problem is None], held)
+        return ImagePlan(kind, _file_chunks(items, cfg), labels, folders if items else [], len(items),
+                         file_index=[f.describe() for f in picked.files], **grown)
+    if kind == "manifest":  # a chunk never mixes manifests: each records its rows, and --update replaces them
+        groups, sources = _manifest(cfg, picked.files, s3)
+        labels = _labels(cfg, kind, [i.label for g in groups for i in g if i.problem is None], held)
+        cut = [(s["uri"], _file_chunks(g, cfg)) for s, g in zip(sources, groups)]
+        return ImagePlan(kind, [c for _, cs in cut for c in cs], labels, sources, sum(map(len, groups)),
+                         chunk_sources=[uri for uri, cs in cut for _ in cs], **grown)
     if kind == "webdataset":
-        chunks = [TarChunk(f.uri, f.ids_from) for f in described]
+        chunks: list[Any] = [TarChunk(f.uri, f.ids_from) for f in picked.files]
         labels = LabelMap(tuple(cfg.labels)) if cfg.labels is not None else LabelMap(None)
     else:
-        chunks = [c for f in described for c in tables.parquet_chunks(f.uri, f.ids_from, cfg, s3)]
-        names = tables.parquet_label_names(uri=described[0].uri, column=cfg.label_column, s3=s3)
+        chunks = [c for f in picked.files for c in tables.parquet_chunks(f.uri, f.ids_from, cfg, s3)]
+        names = tables.parquet_label_names(uri=listed[0].uri, column=cfg.label_column, s3=s3)
         if cfg.labels is None and names is not None:
             labels = LabelMap(tuple(names))
         else:
-            raw = [x for f in described for x in tables.parquet_labels(f.uri, cfg.label_column, s3)]
-            labels = _labels(cfg, kind, raw)
-    sources = [f.describe() for f in described]
-    return ImagePlan(kind, chunks, labels, sources, len(described))
+            raw = [x for f in picked.files for x in tables.parquet_labels(f.uri, cfg.label_column, s3)]
+            labels = _labels(cfg, kind, raw, held)
+    return ImagePlan(kind, chunks, labels, [f.describe() for f in picked.files], len(picked.files),
+                     chunk_sources=[c.uri for c in chunks], **grown)
 
 
 def _read_files(chunk: FilesChunk, s3: storage.S3Options | None) -> Iterator[Sample | Reject]:

@@ -1,0 +1,72 @@
+"""A step's file index: the identity of every input file it read, kept beside the table, not in its metadata.
+
+An ImageFolder table holds one row per image file, and an append must know which image
+files it holds and whether each changed since (size, mtime, ETag): 1.28 million of them
+for ImageNet. The Lance schema metadata is copied into every version's manifest, so the
+identities do not go there. Each step writes the files it read as one Parquet file inside
+the table folder (``_prep_files/v<version>.parquet``, zstd; measured with ImageNet-like
+paths: 24 bytes per image for 10,000 images, 13 for 1.28 million), and its :class:`~prep.contracts.table.Step` names it. What the table
+holds is one scan of those files, a later step's entry winning (``--update``). No data file is
+ever rewritten, Lance's own cleanup leaves the folder alone, and an ``--overwrite`` drops the
+files its new history no longer names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from prep.io import storage
+
+__all__ = ["INDEX_DIR", "index_path", "write_index", "read_index", "drop_unreferenced"]
+
+INDEX_DIR = "_prep_files"
+
+_SCHEMA = pa.schema([("uri", pa.string()), ("key", pa.string()), ("size", pa.int64()), ("mtime", pa.string()), ("etag", pa.string())])
+
+
+def index_path(version: int) -> str:
+    """The index of the step that commits ``version``, relative to the table folder.
+
+    >>> index_path(3)
+    '_prep_files/v3.parquet'
+    """
+    return f"{INDEX_DIR}/v{version}.parquet"
+
+
+def write_index(table: str, version: int, files: Sequence[Mapping[str, Any]], s3: storage.S3Options | None) -> str:
+    """Writes ``files`` (as :meth:`prep.prepare.listing.ListedFile.describe` gives them) as the index
+    of the step committing ``version`` of ``table``; returns its path relative to the table. A step
+    killed before its commit left the same path: the rerun replaces it."""
+    rel = index_path(version)
+    columns = {name: [f.get(name) or ("" if name == "etag" else None) for f in files] for name in _SCHEMA.names}
+    fs, path = storage.filesystem(storage.join(table, rel), s3)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(path, "wb") as out:
+        pq.write_table(pa.table(columns, schema=_SCHEMA), out, compression="zstd")
+    return rel
+
+
+def read_index(table: str, paths: Iterable[str], s3: storage.S3Options | None) -> dict[str, dict[str, Any]]:
+    """The files the indexes at ``paths`` (oldest first) list, by URI; a later index's entry wins."""
+    held: dict[str, dict[str, Any]] = {}
+    for rel in paths:
+        fs, path = storage.filesystem(storage.join(table, rel), s3)
+        with fs.open(path, "rb") as f:
+            t = pq.read_table(f, schema=_SCHEMA)
+        for uri, key, size, mtime, etag in zip(*(t.column(n).to_pylist() for n in _SCHEMA.names)):
+            held[uri] = {"uri": uri, "key": key, "size": size, "mtime": mtime, **({"etag": etag} if etag else {})}
+    return held
+
+
+def drop_unreferenced(table: str, keep: Iterable[str], s3: storage.S3Options | None) -> None:
+    """Removes the index files of ``table`` that ``keep`` (the paths its history names) does not list."""
+    fs, path = storage.filesystem(storage.join(table, INDEX_DIR), s3)
+    if not fs.exists(path):
+        return
+    wanted = {p.rsplit("/", 1)[-1] for p in keep}
+    for found in fs.ls(path, detail=False):
+        if found.rstrip("/").rsplit("/", 1)[-1] not in wanted:
+            fs.rm(found)
