@@ -299,6 +299,18 @@ def test_an_update_killed_between_its_rows_and_its_metadata_is_rebuilt_from_the_
     assert [h["version"] for h in meta["history"]] == [1, 2, lance.dataset(cfg.output).version]
 
 
+@pytest.mark.slow
+def test_append_and_update_under_the_ray_executor_equal_a_from_scratch_run(ray_local, tree, tmp_path):
+    cfg = config(tree, tmp_path / "t.lance", executor="ray")
+    run_decode_images(cfg)
+    photo(tree / "ants" / "d.png", 40)
+    photo(tree / "ants" / "a.png", 99, png(99, (9, 7)))
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["executor"] == "ray"
+    assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 3, "rows_added": 2, "rows_removed": 1}
+    assert_from_scratch(changed(cfg, executor="local", update=True), str(tmp_path / "ref.lance"))
+
+
 @pytest.mark.s3
 def test_append_and_update_on_s3_equal_a_from_scratch_run(s3_bucket, tree, tmp_path):
     import boto3
