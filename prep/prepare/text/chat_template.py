@@ -163,7 +163,7 @@ class ChatTemplate:
                       **self._specials)
         blocks: list[str] = []
         spans: Spans = []
-        with template.environment.activate_tracker(blocks, spans):  # what transformers does for assistant masks
+        with _tracker(template.environment).activate_tracker(blocks, spans):  # what transformers does for assistant masks
             for block in template.generate(**kwargs):
                 blocks.append(block)
         return "".join(blocks), [tuple(s) for s in spans]
@@ -184,6 +184,16 @@ class ChatTemplate:
             env.call = call
             self._guarded = env.from_string(self.source)
         return self._guarded
+
+
+def _tracker(env: Any) -> Any:
+    """The overlay's own copy of transformers' ``{% generation %}`` extension (``AssistantTracker``).
+
+    ``env.activate_tracker`` is the original environment's method (an overlay copies the environment's
+    attributes), and transformers 5.20 keeps the tracking state on the extension instance, so only the
+    copy's own method reaches the copy that renders (later releases share one ContextVar: either works).
+    """
+    return next(ext for ext in env.extensions.values() if hasattr(ext, "activate_tracker"))
 
 
 def _stores_only(obj: Any) -> bool:
