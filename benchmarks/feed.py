@@ -30,7 +30,7 @@ Sources: ``mat`` the epoch written by materialize-shuffle (32 splits); ``plan`` 
 read with an on-the-fly random plan (32 splits); ``cache`` the materialized epoch through
 ``cache_dir``, empty at the start (the first epoch fills it while it is read).
 
-    python benchmarks/feed.py                                   # the default matrix (about 10 min)
+    python benchmarks/feed.py                                   # the default matrix (about 20 min)
     python benchmarks/feed.py --profiles sft-256f --loaders loader --workers 0,1,2 --sources mat
     python benchmarks/feed.py --gil 0.5 --steps 40
     python benchmarks/feed.py --setup 3                         # the trainer builds its model for 3 s first
