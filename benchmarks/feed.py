@@ -9,8 +9,9 @@ in a fresh process; reported per case:
     first s   what the first batch adds to the trainer's start: from building the loader to the
               first batch, less the ``--setup`` seconds the trainer spent between the two (building
               its model, holding the GIL); worker processes' start-up included
-    wait %    waiting over all step time, for the steps after the first
-    p99 ms    the 99th percentile of one step's wait, after the first (max ms: the longest)
+    ramp ms   what the ``--ramp`` steps after the first waited in all (the pipeline filling up)
+    wait %    waiting over all step time, for the steps after those
+    p99 ms    the 99th percentile of one step's wait there (max ms: the longest)
 
 Profiles (the issue's rates; text rows are GSM8K x16 pretrain rows of <= 512 tokens, 193 on average):
 
@@ -133,7 +134,7 @@ def hold_gil(seconds: float) -> None:
 
 
 def run_case(profile: Profile, loader: str, source: str, workers: int, work: Path, steps: int, gil: float,
-             setup: float) -> dict:
+             setup: float, ramp: int) -> dict:
     import torch  # noqa: F401  (imports are not reading: done before the clock)
 
     import prep.reader  # noqa: F401
@@ -148,7 +149,7 @@ def run_case(profile: Profile, loader: str, source: str, workers: int, work: Pat
         next(batches)
         first = max(0.0, time.perf_counter() - started - setup)
         waits, rows = [], 0
-        for _ in range(min(steps, available - 1)):
+        for _ in range(min(ramp + steps, available - 1)):
             hold_gil(profile.step_s * gil)
             time.sleep(profile.step_s * (1 - gil))
             t = time.perf_counter()
@@ -156,15 +157,16 @@ def run_case(profile: Profile, loader: str, source: str, workers: int, work: Pat
             waits.append(time.perf_counter() - t)
             rows += batch.num_rows
         del batches
-    w = np.array(waits)
-    return {"first_s": first, "steps": len(w), "wait_share": float(w.sum() / (w.sum() + len(w) * profile.step_s)),
+    w = np.array(waits[ramp:])
+    return {"first_s": first, "ramp_ms": sum(waits[:ramp]) * 1e3, "steps": len(w),
+            "wait_share": float(w.sum() / (w.sum() + len(w) * profile.step_s)),
             "p99_ms": float(np.percentile(w, 99) * 1e3), "max_ms": float(w.max() * 1e3), "rows": rows}
 
 
 # ----------------------------------------------------------------------------- driver
 def measure(case: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--work", args.work, "--steps", str(args.steps), "--gil", str(args.gil),
-           "--setup", str(args.setup), "--_case", case]
+           "--setup", str(args.setup), "--ramp", str(args.ramp), "--_case", case]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
@@ -179,7 +181,8 @@ def main() -> None:
     p.add_argument("--loaders", default=",".join(LOADERS), help=f"of {','.join(LOADERS)}")
     p.add_argument("--sources", default="mat,plan", help=f"of {','.join(SOURCES)} (default mat,plan)")
     p.add_argument("--workers", default="0,1,2", help="worker processes (default 0,1,2)")
-    p.add_argument("--steps", type=int, default=40, help="steps timed after the first (default 40)")
+    p.add_argument("--ramp", type=int, default=4, help="steps after the first reported apart, as ramp ms (default 4)")
+    p.add_argument("--steps", type=int, default=40, help="steps timed after those (default 40)")
     p.add_argument("--gil", type=float, default=0.3, help="share of a step that holds the GIL (default 0.3)")
     p.add_argument("--setup", type=float, default=0.0,
                    help="seconds the trainer spends between building the loader and its first batch (default 0)")
@@ -188,7 +191,7 @@ def main() -> None:
     work = Path(args.work)
     if args._case:
         name, loader, source, workers = args._case.split(":")
-        result = run_case(PROFILES[name], loader, source, int(workers), work, args.steps, args.gil, args.setup)
+        result = run_case(PROFILES[name], loader, source, int(workers), work, args.steps, args.gil, args.setup, args.ramp)
         print("RESULT " + json.dumps(result))
         return
     profiles = args.profiles.split(",")
@@ -196,10 +199,10 @@ def main() -> None:
         build(work)
     if any(PROFILES[n].images for n in profiles):
         build_images(work)
-    print(f"{os.cpu_count()} CPUs; {args.steps} steps timed after the first; the step holds the GIL "
+    print(f"{os.cpu_count()} CPUs; {args.steps} steps timed after the first {1 + args.ramp}; the step holds the GIL "
           f"{args.gil:.0%} of its time; {args.setup:g} s of trainer setup before the first batch", flush=True)
-    print(f"{'profile':<9} {'loader':<7} {'source':<6} {'workers':>7} {'first s':>8} {'wait %':>7} {'p99 ms':>7} "
-          f"{'max ms':>7}  load", flush=True)
+    print(f"{'profile':<9} {'loader':<7} {'source':<6} {'workers':>7} {'first s':>8} {'ramp ms':>8} {'wait %':>7} "
+          f"{'p99 ms':>7} {'max ms':>7}  load", flush=True)
     for name in profiles:
         for source in args.sources.split(","):
             for loader in args.loaders.split(","):
@@ -207,7 +210,7 @@ def main() -> None:
                     if loader == "hf" and workers == 0 and "loader" in args.loaders:
                         continue  # the same Loader(num_workers=0) as the loader case
                     r = measure(f"{name}:{loader}:{source}:{workers}", args)
-                    print(f"{name:<9} {loader:<7} {source:<6} {workers:>7} {r['first_s']:8.2f} "
+                    print(f"{name:<9} {loader:<7} {source:<6} {workers:>7} {r['first_s']:8.2f} {r['ramp_ms']:8.1f} "
                           f"{r['wait_share'] * 100:7.2f} {r['p99_ms']:7.1f} {r['max_ms']:7.1f}  "
                           f"{os.getloadavg()[0]:.1f}", flush=True)
 
