@@ -208,9 +208,7 @@ def measure_append(parts: list[Path], n: int, k: int, workdir: Path, runs: int) 
         raise SystemExit(f"--append {n},{k}: only {len(parts)} small files")
     grown, alone = [], []
     for _ in range(runs):
-        folder = workdir / "append-in"
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
+        folder = Path(tempfile.mkdtemp(prefix="append-in-", dir=workdir))  # made here, so only ours is removed below
         for p in parts[:n]:
             shutil.copy(p, folder / p.name)
         run_prep_into([folder], workdir / "grown.lance", "sft", workdir, "--overwrite")  # the table of n (not timed)
@@ -218,6 +216,7 @@ def measure_append(parts: list[Path], n: int, k: int, workdir: Path, runs: int) 
             shutil.copy(p, folder / p.name)
         grown.append(run_prep_into([folder], workdir / "grown.lance", "sft", workdir, "--append"))
         alone.append(run_prep_into([folder / p.name for p in parts[n:n + k]], workdir / "alone.lance", "sft", workdir, "--overwrite"))
+        shutil.rmtree(folder)
     g_whole, g_job = statistics.median(g[0] for g in grown), statistics.median(g[1] for g in grown)
     a_whole, a_job = statistics.median(a[0] for a in alone), statistics.median(a[1] for a in alone)
     print(f"append {k} file(s) to a table of {n} (sft, median of {runs}): whole {g_whole:.2f}s, job {g_job:.2f}s; "

@@ -4,6 +4,7 @@ a Google Cloud Storage endpoint (fake-gcs-server on 127.0.0.1), and the shared r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -162,6 +163,29 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
+@contextlib.contextmanager
+def _emulator(proc: subprocess.Popen, port: int, env: dict[str, str], *, timeout_s: float):
+    """An emulator started in its own process group: up on ``port`` (else killed), ``env`` exported for every
+    process while it serves, then restored and the emulator stopped."""
+    try:
+        _wait_for_port(port, timeout_s)
+    except RuntimeError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def azure_env(tmp_path_factory):
     """An Azurite blob endpoint on 127.0.0.1 (npm's azurite; .ci/run installs it); exports what adlfs
@@ -182,23 +206,8 @@ def azure_env(tmp_path_factory):
         "AZURE_STORAGE_USE_EMULATOR": "true",
         "AZURITE_BLOB_STORAGE_URL": endpoint,
     }
-    try:
-        _wait_for_port(port, 60)
-    except RuntimeError:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with _emulator(proc, port, env, timeout_s=60):
         yield env
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -233,24 +242,9 @@ def gcs_env():
                              "-external-url", endpoint, "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     env = {"STORAGE_EMULATOR_HOST": endpoint, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-    try:
-        _wait_for_port(port, 30)
-    except RuntimeError:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    fsspec.register_implementation("gs", gcsfs.core.GCSFileSystem, clobber=True)
-    try:
+    with _emulator(proc, port, env, timeout_s=30):
+        fsspec.register_implementation("gs", gcsfs.core.GCSFileSystem, clobber=True)
         yield env
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
 
 
 @pytest.fixture

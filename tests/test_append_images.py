@@ -293,10 +293,14 @@ def test_an_update_killed_between_its_rows_and_its_metadata_is_rebuilt_from_the_
         with pytest.raises(KeyboardInterrupt):
             run_decode_images(changed(cfg, update=True))
     assert lance.dataset(cfg.output).version == 3  # the rows, under version 2's metadata
+    mine = Path(cfg.output) / "_prep_files" / "notes.txt"  # not prep's: stays
+    mine.write_text("a user's file")
     summary = run_decode_images(changed(cfg, update=True))  # the plain rerun
     assert summary["step"]["replaced"] == 2 and summary["step"]["rows_removed"] == 2
     meta = assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
     assert [h["version"] for h in meta["history"]] == [1, 2, lance.dataset(cfg.output).version]
+    left = sorted(p.name for p in mine.parent.iterdir())  # the killed step's index dropped, the user's file kept
+    assert left == sorted([Path(h["file_index"]).name for h in meta["history"]] + ["notes.txt"])
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ files its new history no longer names.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from prep.io import storage
 __all__ = ["INDEX_DIR", "index_path", "write_index", "read_index", "drop_unreferenced"]
 
 INDEX_DIR = "_prep_files"
+_INDEX_NAME = re.compile(r"v[0-9]+\.parquet")  # index_path's names
 
 _SCHEMA = pa.schema([("uri", pa.string()), ("key", pa.string()), ("size", pa.int64()), ("mtime", pa.string()), ("etag", pa.string())])
 
@@ -62,11 +64,13 @@ def read_index(table: str, paths: Iterable[str], s3: storage.S3Options | None) -
 
 
 def drop_unreferenced(table: str, keep: Iterable[str], s3: storage.S3Options | None) -> None:
-    """Removes the index files of ``table`` that ``keep`` (the paths its history names) does not list."""
+    """Removes the index files of ``table`` (named as :func:`index_path` names them; nothing else in the
+    folder is prep's) that ``keep`` (the paths its history names) does not list."""
     fs, path = storage.filesystem(storage.join(table, INDEX_DIR), s3)
     if not fs.exists(path):
         return
     wanted = {p.rsplit("/", 1)[-1] for p in keep}
     for found in fs.ls(path, detail=False):
-        if found.rstrip("/").rsplit("/", 1)[-1] not in wanted:
+        name = found.rstrip("/").rsplit("/", 1)[-1]
+        if _INDEX_NAME.fullmatch(name) and name not in wanted:
             fs.rm(found)
