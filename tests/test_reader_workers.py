@@ -197,3 +197,20 @@ def test_trainers_killed_by_sigkill_leave_no_worker_forkserver_tracker_or_shared
         for trainer in trainers.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(trainer.pid, signal.SIGKILL)
+
+
+def test_a_loader_with_workers_starts_preloaded_forkserver_when_built_before_any_batch(out48):
+    """The forkserver's imports (torch, prep.reader: seconds) overlap what the trainer does before its first batch."""
+    code = (
+        "import sys, time, psutil\n"
+        "from prep.reader import Loader, ReaderDataset\n"
+        f"loader = Loader(ReaderDataset(sys.argv[1], global_batch_size={G}), num_workers=1)\n"
+        "deadline = time.time() + 60\n"
+        "while time.time() < deadline:\n"
+        "    server = [p for p in psutil.Process().children() if 'forkserver' in ' '.join(p.cmdline())]\n"
+        "    if server and 'prep.reader.preload' in ' '.join(server[0].cmdline()):\n"
+        "        print('forkserver', server[0].pid); break\n"
+        "    time.sleep(0.1)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, out48[0]], capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("forkserver "), out.stdout + out.stderr[-2000:]
