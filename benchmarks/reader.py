@@ -9,7 +9,9 @@ built once and cached in ``--work``. Every case reads one shuffled epoch as batc
 counted unpadded. Each case runs in a fresh process, ``--runs`` times; the median is kept.
 
     floor    the table pre-shuffled once (take(permutation) -> write), read sequentially with
-             ``to_batches(G)`` + a vectorized pad: what a materialized read cannot beat
+             ``to_batches(G)`` + a vectorized pad: what a materialized read cannot beat. It does
+             prep's work: the same three columns (``id``, ``input_ids``, ``loss_mask``), the
+             same three int64 tensors, and each batch's row ids as a NumPy array
     lance    ``lance.torch`` LanceDataset on the prepared table, ShardedBatchSampler(randomize=True)
              (shuffles G-row blocks only)
     hf       HF ``datasets`` (``with_format("numpy")``) + DataLoader(shuffle=True), vectorized pad
@@ -54,6 +56,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
 SPLITS = 32
+FLOOR_COLUMNS = ["id", "input_ids", "loss_mask"]  # what prep.reader reads from a materialized split
 PREP = Path(sys.executable).parent / "prep"
 
 
@@ -62,6 +65,7 @@ def build(work: Path) -> dict:
     """The prepared table, its materialized epoch, a pre-shuffled copy and an HF copy (cached)."""
     done = work / "ready.json"
     if done.exists():
+        shuffled(work)
         return json.loads(done.read_text())
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
@@ -78,12 +82,10 @@ def build(work: Path) -> dict:
                                       "max_length": 512, "overlong": "truncate"}))
         subprocess.run([str(PREP), "pretokenize", "--config", str(config), "--overwrite"], check=True, env=env)
     materialize(work, "epochs", SPLITS)
+    shuffled(work)
     import lance
 
-    ds = lance.dataset(str(work / "table.lance"))
-    table = ds.to_table(columns=["input_ids", "loss_mask"])
-    perm = np.random.default_rng(0).permutation(table.num_rows)
-    lance.write_dataset(table.take(perm), str(work / "shuffled.lance"), mode="overwrite")
+    table = lance.dataset(str(work / "table.lance")).to_table(columns=["input_ids", "loss_mask"])
     try:
         import datasets
 
@@ -93,6 +95,18 @@ def build(work: Path) -> dict:
     info = {"rows": table.num_rows, "tokens": int(np.diff(table.column("input_ids").combine_chunks().offsets).sum())}
     done.write_text(json.dumps(info))
     return info
+
+
+def shuffled(work: Path) -> None:
+    """The floor's table: the prepared rows in one random order, prep's three read columns (cached;
+    a copy from before the floor read ``id`` is rebuilt)."""
+    import lance
+
+    path = work / "shuffled.lance"
+    if path.exists() and "id" in lance.dataset(str(path)).schema.names:
+        return
+    table = lance.dataset(str(work / "table.lance")).to_table(columns=FLOOR_COLUMNS)
+    lance.write_dataset(table.take(np.random.default_rng(0).permutation(table.num_rows)), str(path), mode="overwrite")
 
 
 def materialize(work: Path, name: str, splits: int) -> None:
@@ -123,6 +137,13 @@ def pad_arrow(batch) -> tuple[dict, int]:
             "attention_mask": torch.from_numpy(mask.astype(np.int64))}, int(lens.sum())
 
 
+def with_ids(batch) -> tuple[dict, int]:
+    """:func:`pad_arrow` plus the rows' ids as a NumPy array, as every prep batch carries them."""
+    tensors, tokens = pad_arrow(batch)
+    tensors["ids"] = batch.column("id").to_numpy()
+    return tensors, tokens
+
+
 def pad_rows(rows: list[dict]) -> tuple[dict, int]:
     """The same pad for a list of HF rows."""
     import torch
@@ -146,7 +167,7 @@ def batches(case: str, g: int, work: Path):
         import lance
 
         ds = lance.dataset(str(work / "shuffled.lance"))
-        return (pad_arrow(b) for b in ds.to_batches(batch_size=g, columns=["input_ids", "loss_mask"]))
+        return (with_ids(b) for b in ds.to_batches(batch_size=g, columns=FLOOR_COLUMNS))
     if case == "lance":
         from lance.sampler import ShardedBatchSampler
         from lance.torch.data import LanceDataset
