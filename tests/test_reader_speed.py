@@ -71,7 +71,7 @@ def test_merged_chunk_batches_equal_row_by_row_build(num_splits, b):
 
 
 def _calls(chunk: Chunk) -> int:
-    buffers._free.clear()  # the same pool state for both (a recycled block is found by a short search)
+    buffers.pool.clear()  # the same pool state for both (a recycled block is found by a short search)
     profile = cProfile.Profile()
     profile.enable()
     built = collate_steps(chunk, 0, 4, SPEC)
@@ -89,8 +89,8 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-def test_recycled_block_returns_only_after_its_last_view_dies(monkeypatch):
-    monkeypatch.setattr(buffers, "_free", [])
+def test_recycled_block_returns_only_after_its_last_view_dies():
+    buffers.pool.clear()
     a = buffers.empty((4, 1000), np.int64)
     a.fill(1)
     address = _address(a)
@@ -102,7 +102,20 @@ def test_recycled_block_returns_only_after_its_last_view_dies(monkeypatch):
     del held
     c = buffers.empty((4, 1000), np.int64)
     assert _address(c) == address  # free again: reused, its pages already mapped
-    assert buffers._free == [] and not np.shares_memory(b, c)
+    assert buffers.pool.free == [] and buffers.pool.nbytes == 0 and not np.shares_memory(b, c)
+
+
+def test_the_pool_keeps_at_most_pool_bytes_and_counts_what_it_holds(monkeypatch):
+    monkeypatch.setattr(buffers, "POOL_BYTES", 3000)
+    buffers.pool.clear()
+    arrays = [buffers.empty(1000, np.uint8) for _ in range(4)]  # each on a 1,250-byte block
+    del arrays
+    assert len(buffers.pool.free) == 2 and buffers.pool.nbytes == 2500  # a third block would pass 3,000
+    kept = buffers.empty(1000, np.uint8)
+    assert len(buffers.pool.free) == 1 and buffers.pool.nbytes == sum(b.nbytes for b in buffers.pool.free) == 1250
+    del kept
+    assert buffers.pool.nbytes == 2500
+    buffers.pool.clear()
 
 
 def test_batches_held_by_the_consumer_are_never_overwritten():

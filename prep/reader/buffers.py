@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["empty", "POOL_BYTES"]
+__all__ = ["empty", "pool", "POOL_BYTES"]
 
 POOL_BYTES = 256 << 20  # free blocks kept for reuse, at most (about what a few groups in flight use)
 
@@ -26,22 +26,36 @@ class _Block(np.ndarray):
     a view's ``base`` at a change of type), so its death means the block is free."""
 
 
-_lock = threading.Lock()
-_free: list[np.ndarray] = []  # raw uint8 blocks, mapped and not in use
+class _Pool:
+    """Free raw uint8 blocks, mapped and not in use, and their total size (kept, not summed:
+    a release runs for every array a batch frees)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free: list[np.ndarray] = []
+        self.nbytes = 0
+
+    def release(self, raw: np.ndarray) -> None:
+        with self.lock:
+            if self.nbytes + raw.nbytes <= POOL_BYTES:
+                self.free.append(raw)
+                self.nbytes += raw.nbytes
+
+    def take(self, nbytes: int) -> np.ndarray:
+        with self.lock:
+            fits = [i for i, b in enumerate(self.free) if nbytes <= b.nbytes <= 4 * nbytes + (1 << 20)]
+            if fits:
+                raw = self.free.pop(min(fits, key=lambda i: self.free[i].nbytes))
+                self.nbytes -= raw.nbytes
+                return raw
+        return np.empty(nbytes + nbytes // 4, dtype=np.uint8)  # headroom: the next group's widths differ
+
+    def clear(self) -> None:
+        with self.lock:
+            self.free, self.nbytes = [], 0
 
 
-def _release(raw: np.ndarray) -> None:
-    with _lock:
-        if sum(b.nbytes for b in _free) + raw.nbytes <= POOL_BYTES:
-            _free.append(raw)
-
-
-def _take(nbytes: int) -> np.ndarray:
-    with _lock:
-        fits = [i for i, b in enumerate(_free) if nbytes <= b.nbytes <= 4 * nbytes + (1 << 20)]
-        if fits:
-            return _free.pop(min(fits, key=lambda i: _free[i].nbytes))
-    return np.empty(nbytes + nbytes // 4, dtype=np.uint8)  # headroom: the next group's widths differ
+pool = _Pool()
 
 
 def empty(shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -54,7 +68,7 @@ def empty(shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     count = int(np.prod(shape))
-    raw = _take(max(count * dtype.itemsize, 1))
+    raw = pool.take(max(count * dtype.itemsize, 1))
     block = raw.view(_Block)
-    weakref.finalize(block, _release, raw)
+    weakref.finalize(block, pool.release, raw)
     return block[: count * dtype.itemsize].view(np.ndarray).view(dtype).reshape(shape)
