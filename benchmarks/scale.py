@@ -347,7 +347,7 @@ HEADER = (f"{'factor':>7} {'stage':<21} {'units':>14} {'wall s':>8} {'CPU s':>8}
 def format_row(r: Row) -> str:
     per = f"{r.cpu_per_unit:.2f} us/tok" if r.unit == "token" else f"{r.cpu_per_unit:.1f} ms/img"
     extra = f"  ({r.cpu_s / (r.input_bytes / 1e6):.3f} CPU s/MB in)" if r.unit == "image" else ""
-    return (f"{r.factor:>7g} {r.stage:<21} {r.units:>10,} {"tok" if r.unit == "token" else "img"} {r.wall_s:>8.1f} {r.cpu_s:>8.1f} {per:>13} "
+    return (f"{r.factor:>7g} {r.stage:<21} {r.units:>10,} {'tok' if r.unit == 'token' else 'img'} {r.wall_s:>8.1f} {r.cpu_s:>8.1f} {per:>13} "
             f"{r.wall_ratio:>8.2f} {r.cpu_ratio:>6.2f} {r.peak_tree_rss / 2**20:>8.0f} {r.peak_process_rss / 2**20:>8.0f} "
             f"{r.out_bytes / 1e6:>8.1f}{extra}")
 
