@@ -45,29 +45,37 @@ column, ``prep inspect --json``) == the job's own count, for each prepared table
 the table but the dropped tail (``ReaderDataset.dropped_rows``), and its tokens plus the
 tail's (the ``length`` of the rows past each split's last full step) == the table's tokens.
 
-Peak RSS is bounded by design, not by the data, at (2 CPUs, the default options):
+Peak RSS is bounded by design, not by the data (2 CPUs, default options):
 
-- prepare (pretokenize, decode-images), local executor (``prep/prepare/chunk_runner.py``
-  ``_run_local``): the driver plus one sandbox process per CPU, each working on one chunk at
-  a time (``chunk_bytes``: 2 MiB of text, ``prep/runtime/config.py``; at most
-  ``images_per_chunk`` 256 images / 64 MiB, ``prep/prepare/images/config.py``). The driver
-  keeps one small result per chunk (grows with the chunk count, by kilobytes).
-- materialize, local executor: the rows of a group of splits held in memory, at most
-  ``HOLD_BYTES`` = 2 GiB of Arrow (``prep/materialize/local.py``, grouped by ``hold_groups`` in
-  ``prep/materialize/table.py``) -- so its RSS *does* grow with the table up to ~2 GiB
-  (GSM8K x16 is ~0.12 GiB of rows: up to ~16x), then stays there; clump 64 past the limit
-  takes rows per split instead (a few ``read_rows`` = 16,384-row batches per thread).
+- prepare (pretokenize, decode-images), local executor (``_run_local`` in
+  ``prep/prepare/chunk_runner.py``): the driver plus one sandbox process per CPU (fewer while
+  there are fewer chunks), each on one chunk at a time: ``chunk_bytes`` = 2 MiB of text
+  (``prep/runtime/config.py``), at most ``images_per_chunk`` = 256 images or 64 MiB
+  (``prep/prepare/images/config.py``). The driver keeps a small result per chunk (kilobytes).
+  Measured at 0.05x: ~0.3 GB a process for text, ~1 GB for images (torch), so ~0.8 GB and
+  ~1.6 GB for the trees.
+- materialize, local executor: the selected rows of a group of splits held in memory, at
+  most ``HOLD_BYTES`` = 2 GiB of Arrow (``prep/materialize/local.py``; groups from
+  ``hold_groups`` in ``prep/materialize/table.py``), read ``_READ_BYTES`` = 64 MiB at a time,
+  written by one thread per CPU in ``read_rows`` = 16,384-row batches
+  (``prep/materialize/options.py``). So its RSS *grows with the table* until the held rows
+  reach 2 GiB (GSM8K x16 is ~0.11 GB of Arrow rows: about 18x), then stays; past it, clump 64
+  takes rows per split (a few batches a thread). Measured: the RSS grows faster than the
+  rows held (0.2x -> 0.5x: +177 MB for +35 MB of rows; one Lance scan into a single batch
+  peaks at ~2.7x the batch's Arrow bytes, and the allocator keeps what it freed).
 - read: the reader's queue (``prep/reader/options.py``): reads of ``read_bytes`` = 64 MiB,
-  ``raw_chunks`` = 2 queued, ``prefetch_batches`` = 4 built ahead.
+  ``raw_chunks`` = 2 queued, ``prefetch_batches`` = 4 built ahead; ~0.8 GB measured (torch).
 
-Stated constant: every stage's peak tree RSS stays under 4 GiB at any factor on this
-machine (materialize: 2 GiB held + ~1 GiB process; the others well under 2 GiB).
+The constant stated: every stage's peak tree RSS stays under 4 GiB at any factor on 2 CPUs
+(materialize: 2 GiB held + its reads, writers and process; the others under 2 GiB, growing
+with the CPUs, not the data). Whether materialize's hold stays within it at 8x-16x, where
+the held rows approach 2 GiB, is what the 8x and 64x rows show.
 
 Inputs are cached per factor; outputs go to ``--work``/out, are overwritten, and each is
-deleted once the stages that need it are done (disk: at 64x the inputs are ~14 GB and the
-outputs ~8 GB at a time). Before a factor, the free disk is printed and a factor that
-would not fit (estimated from the smallest factor already run, else from
-``BYTES_PER_1X``) is refused.
+deleted once the stages that need it are done (disk: ~0.6 GB per 1x measured; at 64x the
+inputs are ~13 GB, the pretrain table ~6 GB and the materialized epoch beside it ~11 GB).
+Before a factor, the free disk is printed and a factor that would not fit (estimated from
+the largest factor already run, else from ``BYTES_PER_1X``) is refused.
 """
 
 from __future__ import annotations
@@ -92,7 +100,7 @@ import measure  # noqa: E402  (benchmarks/ is not a package)
 
 REPEAT_1X = 16  # GSM8K train copies at factor 1
 GLOBAL_BATCH = 32
-BYTES_PER_1X = 1_200_000_000  # disk at 1x: inputs + the outputs alive at once, until a factor was measured
+BYTES_PER_1X = 700_000_000  # disk at 1x, inputs + the outputs alive at once (0.6 GB measured at 0.05x), until a factor ran
 RESERVE = 2 << 30  # free disk left to others
 STAGES = ("pretokenize-pretrain", "pretokenize-sft", "decode-images", "shuffle-random", "shuffle-clump64", "read-epoch")
 NEEDS = {"shuffle-random": "pretokenize-pretrain", "shuffle-clump64": "pretokenize-pretrain", "read-epoch": "shuffle-random"}
@@ -367,6 +375,9 @@ def plot(rows: list[Row], path: str) -> None:
     left.axhline(1.2, color="grey", ls="--", lw=1, label="goal 1.2x")
     for ax, title in ((left, "wall time per token (image) / smallest factor"), (right, "peak RSS of the process tree, MB")):
         ax.set_xscale("log")
+        factors = sorted({r.factor for r in rows})
+        ax.set_xticks(factors, [f"{f:g}" for f in factors])
+        ax.minorticks_off()
         ax.set_xlabel("factor (1 = GSM8K x16)")
         ax.set_title(title)
         ax.grid(alpha=0.3)
