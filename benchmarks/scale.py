@@ -1,7 +1,7 @@
 """Scale curves: does time per token stay flat and memory stay bounded as the data grows?
 
     python benchmarks/scale.py --factors 1,8,64 --plot scale.png --json scale.json
-    python benchmarks/scale.py --factors 0.02,0.05 --plot /tmp/scale.png      # a smoke run (~2 minutes)
+    python benchmarks/scale.py --factors 0.02,0.05 --plot /tmp/scale.png      # a smoke run (~3 minutes here)
     python benchmarks/scale.py --factors 1,8 --stages pretokenize-pretrain,shuffle-random
 
 Workload at factor ``f`` (built once per factor and cached under ``--work``/inputs):
@@ -13,7 +13,7 @@ Workload at factor ``f`` (built once per factor and cached under ``--work``/inpu
   ``{"messages": [user question, assistant answer]}`` (1x: 73.2 MB); Mistral v3 tokenizer,
   ``max_length: 512``, ``overlong: truncate``.
 - images: the hymenoptera train photos (245 files, 27.2 MB), repeated to the bytes of the
-  1x pretrain corpus (1x: 582 images, ~64.7 MB), ``f`` times that; an ImageFolder tree.
+  1x pretrain corpus (1x: 583 images, 64.8 MB), ``f`` times that; an ImageFolder tree.
 
 Stages, each a fresh process as a user runs it (local executor: no Ray):
 
@@ -114,6 +114,8 @@ class CheckFailed(Exception):
 
 @dataclass
 class Row:
+    """One stage at one factor: the table's row (module docstring: the columns)."""
+
     factor: float
     stage: str
     units: int
@@ -134,8 +136,12 @@ def tag(factor: float) -> str:
     return f"f{factor:g}"
 
 
-def gsm8k_rows() -> list[dict]:
-    return [json.loads(line) for line in GSM8K.open()]
+def gsm8k_lines() -> dict[str, list[str]]:
+    """One JSONL line per GSM8K train row, per format: what the inputs repeat."""
+    rows = [json.loads(line) for line in GSM8K.open()]
+    return {"pretrain": [json.dumps({"text": r["question"] + "\n" + r["answer"]}) + "\n" for r in rows],
+            "sft": [json.dumps({"messages": [{"role": "user", "content": r["question"]},
+                                             {"role": "assistant", "content": r["answer"]}]}) + "\n" for r in rows]}
 
 
 def text_inputs(work: Path, factor: float) -> dict:
@@ -144,11 +150,8 @@ def text_inputs(work: Path, factor: float) -> dict:
     ready = root / "text.json"
     if ready.exists():
         return json.loads(ready.read_text())
-    rows = gsm8k_rows()
-    total, per_file = round(factor * REPEAT_1X * len(rows)), REPEAT_1X * len(rows)
-    lines = {"pretrain": [json.dumps({"text": r["question"] + "\n" + r["answer"]}) + "\n" for r in rows],
-             "sft": [json.dumps({"messages": [{"role": "user", "content": r["question"]},
-                                              {"role": "assistant", "content": r["answer"]}]}) + "\n" for r in rows]}
+    lines = gsm8k_lines()
+    total, per_file = round(factor * REPEAT_1X * len(lines["sft"])), REPEAT_1X * len(lines["sft"])
     for fmt, cycle in lines.items():
         folder = root / fmt
         shutil.rmtree(folder, ignore_errors=True)
@@ -169,7 +172,7 @@ def image_inputs(work: Path, factor: float) -> dict:
         return json.loads(ready.read_text())
     photos = sorted(p for p in PHOTOS.rglob("*") if p.is_file() and not p.name.startswith("."))
     mean = sum(p.stat().st_size for p in photos) / len(photos)
-    text_1x = REPEAT_1X * sum(len(json.dumps({"text": r["question"] + "\n" + r["answer"]})) + 1 for r in gsm8k_rows())
+    text_1x = REPEAT_1X * sum(len(line.encode()) for line in gsm8k_lines()["pretrain"])
     count = max(1, round(factor * text_1x / mean))
     folder = root / "images"
     shutil.rmtree(folder, ignore_errors=True)
