@@ -21,9 +21,9 @@ Stages, each a fresh process as a user runs it (local executor: no Ray):
   pretokenize-sft       ``prep pretokenize`` of the sft files
   decode-images         ``prep decode-images`` of the photos (224x224)
   shuffle-random        ``prep materialize-shuffle`` of the pretrain table, ``--epochs 1``, 48 splits
-  shuffle-clump64       the same with ``--clump 64``
   read-epoch            one epoch of the shuffle-random output read with ``prep.reader.ReaderDataset``
                         (global batch 32) through ``DataLoader(batch_size=None)``, counting rows and tokens
+  shuffle-clump64       the same as shuffle-random with ``--clump 64``
 
 Columns (one row per stage and factor; measured by ``benchmarks/measure.py``):
 
@@ -72,8 +72,8 @@ with the CPUs, not the data). Whether materialize's hold stays within it at 8x-1
 the held rows approach 2 GiB, is what the 8x and 64x rows show.
 
 Inputs are cached per factor; outputs go to ``--work``/out, are overwritten, and each is
-deleted once the stages that need it are done (disk: ~0.6 GB per 1x measured; at 64x the
-inputs are ~13 GB, the pretrain table ~6 GB and the materialized epoch beside it ~11 GB).
+deleted once the stages that need it are done (disk: 0.44 GB per 1x measured at 0.05x; at
+64x the inputs are ~13 GB, the pretrain table ~6 GB and the materialized epoch beside it ~9 GB).
 Before a factor, the free disk is printed and a factor that would not fit (estimated from
 the largest factor already run, else from ``BYTES_PER_1X``) is refused.
 """
@@ -100,9 +100,10 @@ import measure  # noqa: E402  (benchmarks/ is not a package)
 
 REPEAT_1X = 16  # GSM8K train copies at factor 1
 GLOBAL_BATCH = 32
-BYTES_PER_1X = 700_000_000  # disk at 1x, inputs + the outputs alive at once (0.6 GB measured at 0.05x), until a factor ran
+BYTES_PER_1X = 600_000_000  # disk at 1x, inputs + the outputs alive at once (0.44 GB measured at 0.05x), until a factor ran
 RESERVE = 2 << 30  # free disk left to others
-STAGES = ("pretokenize-pretrain", "pretokenize-sft", "decode-images", "shuffle-random", "shuffle-clump64", "read-epoch")
+STAGES = ("pretokenize-pretrain", "pretokenize-sft", "decode-images", "shuffle-random", "read-epoch", "shuffle-clump64")
+# in this order each output is deleted as soon as no later stage needs it: one materialized epoch on disk at a time
 NEEDS = {"shuffle-random": "pretokenize-pretrain", "shuffle-clump64": "pretokenize-pretrain", "read-epoch": "shuffle-random"}
 ENV = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "PYTHONPATH": str(REPO),
        "TOKENIZERS_PARALLELISM": "false", "RAY_DISABLE_USAGE_STATS": "1"}
@@ -417,7 +418,7 @@ def main() -> int:
         for factor in factors:
             free = shutil.disk_usage(work).free
             need = factor * per_1x - disk_bytes(work / "inputs" / tag(factor))
-            print(f"factor {factor:g}: {free / 1e9:.1f} GB free, about {need / 1e9:.1f} GB needed", flush=True)
+            print(f"factor {factor:g}: {free / 1e9:.1f} GB free, about {need / 1e9:.2f} GB needed", flush=True)
             if need > free - RESERVE:
                 print(f"factor {factor:g} refused: it would need about {need / 1e9:.1f} GB of the {free / 1e9:.1f} GB free "
                       f"(keeping {RESERVE / 2**30:.0f} GiB); run a smaller top factor", file=sys.stderr)
