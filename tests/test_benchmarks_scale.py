@@ -1,0 +1,83 @@
+"""benchmarks/measure.py counts the whole process tree; benchmarks/scale.py runs and checks its stages.
+
+No timing assertions: the measure test asserts what was counted (CPU a process spent, memory
+it held), not how fast anything ran. Each runs in a child process, since ``measure`` makes
+the process that calls it a child subreaper (orphans are handed to it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+BENCH = REPO / "benchmarks"
+
+# A parent that holds 100 MB and starts a child holding 200 MB, waits until both hold theirs,
+# and exits; the orphaned child then spends 0.8 CPU-s more before exiting.
+TREE = """
+import os, subprocess, sys, time
+child = '''
+import sys, time
+x = bytearray(200 << 20)
+for i in range(0, len(x), 4096): x[i] = 1
+open(sys.argv[1], "w").close()
+time.sleep(0.5)
+t = time.process_time()
+while time.process_time() - t < 0.8: pass
+'''
+ready = sys.argv[1]
+x = bytearray(100 << 20)
+for i in range(0, len(x), 4096): x[i] = 1
+subprocess.Popen([sys.executable, "-c", child, ready])
+while not os.path.exists(ready): time.sleep(0.01)
+time.sleep(0.3)
+"""
+
+MEASURE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import measure
+m = measure.run([sys.executable, "-c", sys.argv[2], sys.argv[3]])
+print(json.dumps({"cpu_s": m.cpu_s, "tree": m.peak_tree_rss, "proc": m.peak_process_rss, "rc": m.returncode,
+                  "lingering": m.lingering}))
+"""
+
+
+def test_measure_counts_an_orphan_cpu_and_the_tree_memory(tmp_path) -> None:
+    """The orphan's CPU after its parent exited is counted (RUSAGE_CHILDREN alone would lose it),
+    and the peak RSS is the sum over the tree (>= 300 MB), not the largest process (~200 MB)."""
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(BENCH), TREE, str(tmp_path / "ready")],
+                         capture_output=True, text=True, check=True)
+    m = json.loads(out.stdout)
+    assert m["rc"] == 0 and m["lingering"] == []
+    assert m["cpu_s"] >= 0.8
+    assert m["tree"] >= 290 << 20
+    assert 200 << 20 <= m["proc"] < m["tree"]
+
+
+def test_scale_help() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--help"], capture_output=True, text=True, check=True)
+    assert "--factors" in out.stdout and "--plot" in out.stdout
+
+
+@pytest.mark.slow
+def test_scale_runs_its_checks_at_a_tiny_factor(tmp_path) -> None:
+    """Every text stage at 0.002x (239 rows): the table, the materialized epoch (verified) and the
+    read, each checked by the benchmark itself; the JSON has a row per stage."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("RAY_ADDRESS", None)
+    stages = "pretokenize-pretrain,shuffle-random,read-epoch"
+    out = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--factors", "0.002", "--work", str(tmp_path / "w"),
+                          "--stages", stages, "--json", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert [r["stage"] for r in rows] == stages.split(",")
+    assert rows[0]["units"] > 0 and rows[2]["units"] <= rows[0]["units"]
+    assert not (tmp_path / "w" / "out").exists()  # outputs are removed once the factor is done
