@@ -118,6 +118,25 @@ def test_the_pool_keeps_at_most_pool_bytes_and_counts_what_it_holds(monkeypatch)
     buffers.pool.clear()
 
 
+def test_a_dataloader_without_batching_keeps_each_batch_type_instead_of_making_another():
+    """``DataLoader(ds, batch_size=None)`` copies every batch (torch's ``default_convert``); a copy through
+    ``__reduce__`` made a new type per batch, ~45 us a batch of Python (issue 19's read floor)."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from prep.reader.batch import Batch
+
+    made = [Batch.make({"x": torch.full((2,), i)}, epoch=0, step=i, ids=np.arange(2, dtype=np.uint64), num_tokens=2)
+            for i in range(3)]
+
+    class Made(IterableDataset):
+        def __iter__(self):
+            return iter(made)
+
+    out = list(DataLoader(Made(), batch_size=None))
+    assert [type(b) for b in out] == [type(b) for b in made]
+    assert [(b.step, int(b["x"][0])) for b in out] == [(0, 0), (1, 1), (2, 2)]
+
+
 def test_batches_held_by_the_consumer_are_never_overwritten():
     """Recycled output memory must not reach a group while any batch of an older one is alive."""
     path, _ = rf.cached_output("sft48")

@@ -79,6 +79,11 @@ class Batch(dict):
         # a per-batch type does not pickle by name: DataLoader workers ship the tensors and the origin
         return _restore, (dict(self), {name: getattr(self, name) for name in ORIGIN_FIELDS})
 
+    def __copy__(self) -> "Batch":
+        # copy.copy keeps the type, so the origin: without this it went through __reduce__ and made a new
+        # type per copy, and DataLoader(ds, batch_size=None) copies every batch (torch's default_convert)
+        return type(self)(self)
+
     def _with(self, tensors: dict[str, torch.Tensor]) -> "Batch":
         return type(self)({**self, **tensors})
 
