@@ -88,6 +88,7 @@ def _run_alone(script: str, tmp_path: Path, seconds: float) -> subprocess.Comple
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.slow
 def test_a_worker_that_segfaults_on_one_item_does_not_hang_the_job(tmp_path):
     done = _run_alone(_CRASHING_JOB, tmp_path, seconds=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -150,6 +151,7 @@ def without(table, column: str, values: list):
 
 
 @needs_photos
+@pytest.mark.slow
 def test_an_image_that_segfaults_and_one_that_hangs_are_rejected_and_the_rest_is_a_clean_run(ray_local, photo_tree, tmp_path, monkeypatch):
     ants = sorted(str(p) for p in (photo_tree / "ants").iterdir())
     crash, hang = ants[2], ants[5]  # the same chunk: the sandbox restarts twice for it
@@ -167,6 +169,7 @@ def test_an_image_that_segfaults_and_one_that_hangs_are_rejected_and_the_rest_is
 
 
 @needs_photos
+@pytest.mark.slow
 def test_a_job_with_more_bad_items_than_allowed_fails_with_one_line(ray_local, photo_tree, tmp_path, monkeypatch):
     monkeypatch.setenv(FAULTS_ENV, "exit:ants/")
     with pytest.raises(PrepError) as err:
@@ -176,6 +179,7 @@ def test_a_job_with_more_bad_items_than_allowed_fails_with_one_line(ray_local, p
     assert not lance_tables.table_exists(str(tmp_path / "out.lance"))  # a claimed folder, no committed table
 
 
+@pytest.mark.slow
 def test_a_text_row_that_kills_the_worker_and_one_that_hangs_are_rejected(ray_local, tokenizer_dir, shared_data, tmp_path, monkeypatch):
     rows = (shared_data / "gsm8k" / "train.jsonl").read_text().splitlines()[:60]
     src = tmp_path / "gsm.jsonl"
@@ -246,6 +250,7 @@ def _fuzzed_files(root: Path, seed: int = 8) -> list[Path]:
 
 
 @needs_photos
+@pytest.mark.slow
 def test_the_real_decoder_on_truncated_and_bit_flipped_files_writes_or_rejects_each_one(ray_local, tmp_path):
     files = _fuzzed_files(tmp_path / "tree")
     s = run_decode_images(images_config(tmp_path / "tree", tmp_path / "out.lance", item_timeout_s=30, images_per_chunk=24,

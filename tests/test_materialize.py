@@ -171,6 +171,7 @@ def test_rerunning_a_finished_run_writes_nothing(synthetic, tmp_path):
     assert {p: os.stat(p).st_mtime_ns for p in before} == before
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_rerun_matches_an_uninterrupted_run(synthetic, tmp_path, ray_local):
     out = tmp_path / "killed"
     # the killed driver joins this session's Ray, as a `ray job submit` driver joins its cluster

@@ -18,6 +18,7 @@ def test_the_notebook_is_stored_without_outputs():
     assert all(c["outputs"] == [] and c["execution_count"] is None for c in code)
 
 
+@pytest.mark.slow
 def test_the_quickstart_notebook_runs_end_to_end(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat", reason="the notebook extra (nbformat) is not installed")
     nbclient = pytest.importorskip("nbclient", reason="the notebook extra (nbclient) is not installed")

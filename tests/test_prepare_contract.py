@@ -199,6 +199,7 @@ def test_the_local_executor_writes_exactly_what_ray_writes(kind, tokenizer_dir, 
     assert tables["ray"][0].equals(tables["local"][0]) and tables["ray"][1].equals(tables["local"][1])
 
 
+@pytest.mark.slow
 def test_the_local_executor_isolates_an_item_that_crashes_its_worker(monkeypatch, tmp_path):
     from prep.prepare.isolation import FAULTS_ENV
 

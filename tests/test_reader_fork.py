@@ -48,6 +48,7 @@ def assert_same(got, reference, what: str) -> None:
 
 
 @pytest.mark.parametrize("context", ["fork", "forkserver"])
+@pytest.mark.slow
 def test_worker_processes_yield_the_in_process_batches_every_run(layout, context):
     kwargs, reference = layout
     runs = RUNS if context == "fork" else 3  # fork is the start method that crashed; forkserver starts clean
@@ -56,6 +57,7 @@ def test_worker_processes_yield_the_in_process_batches_every_run(layout, context
         assert_same(read(ds, context, num_workers=1 + run % 2), reference, f"{context} run {run}")
 
 
+@pytest.mark.slow
 def test_fork_after_the_parent_iterated_and_asked_for_state(layout):
     kwargs, reference = layout
     for run in range(RUNS):

@@ -43,6 +43,7 @@ def consume(loader, stop=None):
 
 
 @pytest.mark.parametrize("num_workers,stops", [(1, [6]), (2, [3, 12])], ids=["1-worker", "2-workers"])
+@pytest.mark.slow
 def test_resume_with_worker_processes_matches_uninterrupted_run(out48, num_workers, stops):
     path, reference, _ = out48
     for stop in stops:  # 6: epoch boundary, 3: inside an epoch, 12: the last batch
@@ -76,6 +77,7 @@ def test_bare_dataloader_with_two_workers_yields_steps_in_order_and_state_after_
 
 
 @pytest.mark.parametrize("slots", [1, 2])
+@pytest.mark.slow
 def test_batches_held_across_a_whole_read_never_change_while_workers_reuse_their_buffers(out48, slots):
     """Workers rewrite a few shared buffers; a batch the consumer still holds must not be one of them.
 
@@ -95,6 +97,7 @@ def test_batches_held_across_a_whole_read_never_change_while_workers_reuse_their
         assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in ref), (got.epoch, got.step)
 
 
+@pytest.mark.slow
 def test_batches_held_through_loader_with_two_workers_equal_an_in_process_read(out48):
     path, _, _ = out48
     want = list(ReaderDataset(path, global_batch_size=48))
@@ -199,6 +202,7 @@ def test_trainers_killed_by_sigkill_leave_no_worker_forkserver_tracker_or_shared
                 os.killpg(trainer.pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_loader_with_workers_starts_preloaded_forkserver_when_built_before_any_batch(out48):
     """The forkserver's imports (torch, prep.reader: seconds) overlap what the trainer does before its first batch."""
     code = (

@@ -94,6 +94,7 @@ def _epoch_ids(path: str, endpoint: str, **cache) -> list[list[int]]:
     return [[int(i) for i in batch.ids] for batch in ds]
 
 
+@pytest.mark.slow
 def test_every_stage_through_faults_makes_the_fault_free_output(inputs, tokenizer_dir, tmp_path):
     up = inputs["endpoint"]
     clean = {
