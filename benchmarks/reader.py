@@ -15,7 +15,11 @@ counted unpadded. Each case runs in a fresh process, ``--runs`` times; the media
     lance    ``lance.torch`` LanceDataset on the prepared table, ShardedBatchSampler(randomize=True)
              (shuffles G-row blocks only)
     hf       HF ``datasets`` (``with_format("numpy")``) + DataLoader(shuffle=True), vectorized pad
-    prep     prep.reader on the materialized epoch (32 splits: G/32 rows from each split a step)
+    prep     prep.reader on the materialized epoch (32 splits: G/32 rows from each split a step),
+             through ``DataLoader(ds, batch_size=None)``
+    prep-L   the same through ``prep.reader.Loader(ds)`` (no worker processes): what the floor
+             does, batches straight from the reader, without torch's per-batch DataLoader work
+             (a profiler range and a copy of every batch: ~25 us a batch)
     planned  prep.reader on the prepared table with an on-the-fly random plan (32 splits)
     planned-w the same through prep.reader.Loader with one forkserver worker process
     prep-w1  prep through prep.reader.Loader with 1 DataLoader worker process (what frameworks
@@ -191,7 +195,7 @@ def batches(case: str, g: int, work: Path):
     else:
         ds = ReaderDataset(str(work / "table.lance"), global_batch_size=g, plan={"num_splits": SPLITS})
     workers = {"planned-w": 1, "prep-w1": 1, "prep-w2": 2}.get(case, 0)
-    loader = Loader(ds, num_workers=workers) if workers else DataLoader(ds, batch_size=None)
+    loader = Loader(ds, num_workers=workers) if workers or case == "prep-L" else DataLoader(ds, batch_size=None)
     return ((b, b.num_tokens) for b in loader)
 
 
@@ -291,6 +295,7 @@ LABELS = {"floor": "pre-shuffled table, sequential to_batches + vectorized pad (
           "lance": "lance.torch LanceDataset (G-row block shuffle)",
           "hf": "HF datasets + DataLoader(shuffle=True)",
           "prep": "prep.reader, materialized epoch, 32 splits",
+          "prep-L": "  the same through Loader (no DataLoader)",
           "planned": "prep.reader, prepared table, on-the-fly random plan (32 splits)",
           "planned-w": "  the same through Loader, 1 forkserver worker process",
           "prep-w1": "  prep.reader materialized through Loader, 1 worker process",
@@ -322,7 +327,7 @@ def main() -> None:
     has_hf = _importable("datasets")
     print(f"{'G':>5} {'case':<70} {'M tok/s':>8} {'CPU-s/Mtok':>10} {'first s':>8}  ratios | whole command", flush=True)
     for g in [int(x) for x in args.batches.split(",")]:
-        cases = ["floor", "lance"] + (["hf"] if has_hf else []) + ["prep", "planned"] + (["planned-w"] if g == 32 else [])
+        cases = ["floor", "lance"] + (["hf"] if has_hf else []) + ["prep", "prep-L", "planned"] + (["planned-w"] if g == 32 else [])
         cases = ["prep", "prep-w1", "prep-w2"] if args.workers else list(ELASTIC) if args.elastic else cases
         res = {}
         for case in cases:
