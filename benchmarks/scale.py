@@ -45,7 +45,7 @@ column, ``prep inspect --json``) == the job's own count, for each prepared table
 the table but the dropped tail (``ReaderDataset.dropped_rows``), and its tokens plus the
 tail's (the ``length`` of the rows past each split's last full step) == the table's tokens.
 
-Peak RSS is bounded by design, not by the data (2 CPUs, default options):
+What bounds peak RSS (2 CPUs, default options):
 
 - prepare (pretokenize, decode-images), local executor (``_run_local`` in
   ``prep/prepare/chunk_runner.py``): the driver plus one sandbox process per CPU (fewer while
@@ -66,10 +66,10 @@ Peak RSS is bounded by design, not by the data (2 CPUs, default options):
 - read: the reader's queue (``prep/reader/options.py``): reads of ``read_bytes`` = 64 MiB,
   ``raw_chunks`` = 2 queued, ``prefetch_batches`` = 4 built ahead; ~0.8 GB measured (torch).
 
-The constant stated: every stage's peak tree RSS stays under 4 GiB at any factor on 2 CPUs
-(materialize: 2 GiB held + its reads, writers and process; the others under 2 GiB, growing
-with the CPUs, not the data). Whether materialize's hold stays within it at 8x-16x, where
-the held rows approach 2 GiB, is what the 8x and 64x rows show.
+The bounds stated: prepare and read stay under 3 GB of tree RSS at any factor on 2 CPUs
+(they grow with the CPUs, not the data); materialize grows with the table until the held rows
+reach ``HOLD_BYTES`` and is bounded past it by about 0.4 GB + 2.5 x 2 GiB = 5.8 GB (measured
+2026-12-02: 2,300 MB at 8x with ~0.9 GB held, 3,759 MB at 24x holding two groups of ~1.4 GB).
 
 Inputs are cached per factor; outputs go to ``--work``/out, are overwritten, and each is
 deleted once the stages that need it are done (disk: 0.44 GB per 1x measured at 0.05x; at
