@@ -56,6 +56,8 @@ import sys
 import time
 from pathlib import Path
 
+from workdir import work_folder  # benchmarks/ is the script's folder, so on sys.path
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
 GSM8K = SHARED / "gsm8k" / "train.jsonl"
@@ -257,8 +259,7 @@ def main() -> None:
         print(json.dumps(stage(args.stage, args.table, args.out, args.clump, args.splits, args.epochs)))
         return
 
-    work = Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(args.workdir)
     table = build_table(work, args.repeat)
     import lance
 

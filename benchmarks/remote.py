@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from workdir import work_folder  # benchmarks/ is the script's folder, so on sys.path
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
@@ -147,7 +149,7 @@ def main() -> None:
         return
     from fault_proxy import FaultProxy
 
-    work = args.work or Path(tempfile.mkdtemp(prefix="prep-bench-remote-"))
+    work = work_folder(args.work or tempfile.mkdtemp(prefix="prep-bench-remote-"))
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1")
     moto, endpoint = setup(work, args.rows)
     try:

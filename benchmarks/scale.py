@@ -97,6 +97,7 @@ TOKENIZER = SHARED / "tokenizers" / "mistral-v3"
 PREP = Path(sys.executable).parent / "prep"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402  (benchmarks/ is not a package)
+from workdir import work_folder  # noqa: E402
 
 REPEAT_1X = 16  # GSM8K train copies at factor 1
 GLOBAL_BATCH = 32
@@ -407,8 +408,7 @@ def main() -> int:
     unknown = sorted(set(wanted) - set(STAGES))
     if unknown or not factors or min(factors) <= 0:
         ap.error(f"--stages {unknown} not among {list(STAGES)}" if unknown else "--factors must be positive numbers")
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(args.work)
     stages = plan_stages(wanted)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; stages {', '.join(stages)}; work {work}", flush=True)
     rows: list[Row] = []

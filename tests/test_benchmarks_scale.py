@@ -81,3 +81,25 @@ def test_scale_runs_its_checks_at_a_tiny_factor(tmp_path) -> None:
     assert [r["stage"] for r in rows] == stages.split(",")
     assert rows[0]["units"] > 0 and rows[2]["units"] <= rows[0]["units"]
     assert not (tmp_path / "w" / "out").exists()  # outputs are removed once the factor is done
+
+
+def test_a_work_folder_holding_a_users_files_is_refused_and_left_as_it_was(tmp_path) -> None:
+    """The benchmarks clear ``out/`` and their inputs under ``--work`` by name: a folder with a user's
+    ``out/`` in it (``--work .`` in a checkout) is refused before anything runs; a new one is marked and used."""
+    user = tmp_path / "checkout"
+    (user / "out").mkdir(parents=True)
+    (user / "out" / "my-table.lance").write_text("theirs")
+    cmd = [sys.executable, str(BENCH / "scale.py"), "--factors", "0.002", "--stages", "shuffle-random", "--work", str(user)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 1 and "not made by a prep benchmark" in out.stderr and "\n" not in out.stderr.strip()
+    assert (user / "out" / "my-table.lance").read_text() == "theirs"
+    assert sorted(p.name for p in user.iterdir()) == ["out"]
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        from workdir import MARK, work_folder
+    finally:
+        sys.path.remove(str(BENCH))
+    fresh = work_folder(tmp_path / "fresh")
+    (fresh / "out").mkdir()
+    assert work_folder(fresh) == fresh and (fresh / MARK).is_file()  # marked: a later run may use it again
