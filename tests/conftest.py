@@ -121,7 +121,7 @@ def s3_env():
     """A moto_server S3 endpoint on 127.0.0.1; exports AWS_* so every client (and Ray worker) finds it."""
     port = free_port()
     proc = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     env = {
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_ACCESS_KEY_ID": "testing",
@@ -129,23 +129,8 @@ def s3_env():
         "AWS_REGION": "us-east-1",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    try:
-        _wait_for_port(port, 30)
-    except RuntimeError:
-        proc.kill()
-        raise
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with _emulator(proc, port, env, timeout_s=30):
         yield env
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture
