@@ -24,7 +24,9 @@
   kernel's own high-water mark of every process this one waited for (``ru_maxrss``).
 
 The caller must not start other children while a command is measured: every child of
-this process (the orphans handed to it) is counted as the command's.
+this process (the orphans handed to it) is counted as the command's, except the subtree of
+``apart`` (a Ray head the command joins, started by the caller: its workers are the head's
+children, measured by the caller on the head's side).
 """
 
 from __future__ import annotations
@@ -82,16 +84,17 @@ def _become_subreaper() -> None:
 class _Sampler(threading.Thread):
     """Samples the RSS of every descendant of this process that was not there before the command, until stopped."""
 
-    def __init__(self, before: set[int], interval: float) -> None:
+    def __init__(self, before: set[int], interval: float, apart: int | None) -> None:
         super().__init__(daemon=True, name="measure-rss")
-        self.before, self.interval = before, interval
+        self.before, self.interval, self.apart = before, interval, apart
         self.peak_tree = self.peak_process = 0
         self._stop_event = threading.Event()
 
     def sample(self) -> None:
         total = 0
+        skip = self.before | _subtree(self.apart)
         for p in psutil.Process().children(recursive=True):
-            if p.pid in self.before:
+            if p.pid in skip:
                 continue
             try:
                 rss = p.memory_info().rss
@@ -110,8 +113,18 @@ class _Sampler(threading.Thread):
         self.join()
 
 
+def _subtree(pid: int | None) -> set[int]:
+    """``pid`` and its descendants now (empty for None or a process gone)."""
+    if pid is None:
+        return set()
+    try:
+        return {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
 def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
-        interval: float = 0.1, linger_s: float = 30.0) -> Measured:
+        interval: float = 0.1, linger_s: float = 30.0, apart: int | None = None) -> Measured:
     """Runs ``cmd`` to its exit and measures it (module docstring); stdout and stderr are captured.
 
     Args:
@@ -120,6 +133,7 @@ def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | 
         interval: seconds between RSS samples.
         linger_s: how long to wait, after the command exits, for descendants it left
             running (handed to this process); those still alive are listed in ``lingering``.
+        apart: a child of this process whose descendants are never the command's (module docstring).
 
     Returns:
         The measurement; a non-zero ``returncode`` is the caller's to judge.
@@ -130,13 +144,13 @@ def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(list(cmd), env=dict(env) if env is not None else None, cwd=cwd, stdout=out, stderr=err)
-        sampler = _Sampler(before_children, interval)
+        sampler = _Sampler(before_children, interval, apart)
         sampler.start()
         _, status, ru_main = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
         peak_waited = ru_main.ru_maxrss * 1024  # KiB on Linux
-        lingering = _reap_orphans(before_children, linger_s)
+        lingering = _reap_orphans(before_children, linger_s, apart)
         sampler.stop()
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         peak_waited = max(peak_waited, ru1.ru_maxrss * 1024 if ru1.ru_maxrss > ru0.ru_maxrss else 0)
@@ -150,11 +164,12 @@ def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | 
                     stdout=stdout, stderr=stderr, lingering=lingering)
 
 
-def _reap_orphans(before: set[int], linger_s: float) -> list[int]:
-    """Waits for the descendants handed to this process (children it did not have before), up to ``linger_s``;
-    returns the pids still alive then."""
+def _reap_orphans(before: set[int], linger_s: float, apart: int | None = None) -> list[int]:
+    """Waits for the descendants handed to this process (children it did not have before, outside ``apart``'s
+    subtree), up to ``linger_s``; returns the pids still alive then."""
     deadline = time.monotonic() + linger_s
     while True:
+        before = before | _subtree(apart)
         mine = [p.pid for p in psutil.Process().children() if p.pid not in before]
         for pid in mine:
             try:

@@ -88,6 +88,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
@@ -206,9 +207,9 @@ def prep_json(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def measured(cmd: list[str], what: str) -> measure.Measured:
-    """``cmd`` measured; a non-zero exit ends the run with its stderr."""
-    m = measure.run(cmd, env=ENV, cwd=REPO)
+def measured(cmd: list[str], what: str, apart: int | None = None) -> measure.Measured:
+    """``cmd`` measured (``apart``: :func:`measure.run`); a non-zero exit ends the run with its stderr."""
+    m = measure.run(cmd, env=ENV, cwd=REPO, apart=apart)
     if m.returncode:
         raise CheckFailed(f"{what}: {' '.join(cmd[:3])} ... exited {m.returncode}:\n{m.stderr.strip()[-3000:]}")
     if m.lingering:
@@ -245,33 +246,40 @@ def check_verify(output: Path, table_rows: int) -> None:
         raise CheckFailed(f"{output}: {selected:,} rows selected of a table of {table_rows:,}")
 
 
-def run_stage(stage: str, out: Path, text: dict, images: dict, facts: dict) -> tuple[measure.Measured, int, str, int, int]:
+LOCAL = ("--executor", "local")
+
+
+def run_stage(stage: str, out: Path, text: dict, images: dict, facts: dict, executor: Sequence[str] = LOCAL,
+              apart: int | None = None) -> tuple[measure.Measured, int, str, int, int]:
     """Runs ``stage`` measured and checks its output; ``facts`` carries what later checks need.
 
-    Returns: (measurement, units, unit, output bytes, input bytes).
+    ``executor``: the flags that say where a job runs (``benchmarks/executors.py`` passes a Ray
+    cluster's, and the Ray head's process as ``apart``). Returns: (measurement, units, unit,
+    output bytes, input bytes).
     """
     if stage.startswith("pretokenize-"):
         fmt = stage.removeprefix("pretokenize-")
         config = out / f"{fmt}.yaml"
         config.write_text(json.dumps({"input": text[fmt], "output": str(out / f"{fmt}.lance"), "tokenizer": str(TOKENIZER),
-                                      "format": fmt, "max_length": 512, "overlong": "truncate", "executor": "local",
+                                      "format": fmt, "max_length": 512, "overlong": "truncate",
                                       **({"sft": {"layout": "messages"}} if fmt == "sft" else {})}))
-        m = measured([str(PREP), "pretokenize", "--config", str(config), "--overwrite", "--json", "-q"], stage)
+        m = measured([str(PREP), "pretokenize", "--config", str(config), *executor, "--overwrite", "--json", "-q"], stage, apart)
         summary = json.loads(m.stdout)
         report = check_table(out / f"{fmt}.lance", text["rows"], summary["tokens"])
         facts[fmt] = {"rows": report["num_rows"], "tokens": report["tokens"]}
         return m, report["tokens"], "token", disk_bytes(*outputs(stage, out)), disk_bytes(text[fmt])
     if stage == "decode-images":
         m = measured([str(PREP), "decode-images", "--input", images["dir"], "--output", str(out / "images.lance"),
-                      "--executor", "local", "--overwrite", "--json", "-q"], stage)
+                      *executor, "--overwrite", "--json", "-q"], stage, apart)
         check_table(out / "images.lance", images["images"], None)
         return m, images["images"], "image", disk_bytes(*outputs(stage, out)), disk_bytes(images["dir"])
     table = out / "pretrain.lance"
     if stage.startswith("shuffle-"):
         target = outputs(stage, out)[0]
         clump = ["--clump", "64"] if stage == "shuffle-clump64" else []
+        shutil.rmtree(target, ignore_errors=True)  # a rerun of the same plan would find every split done
         m = measured([str(PREP), "materialize-shuffle", "--table", str(table), "--output", str(target), "--epochs", "1",
-                      *clump, "--executor", "local", "--overwrite", "-q"], stage)
+                      *clump, *executor, "--overwrite", "-q"], stage, apart)
         check_verify(target, facts["pretrain"]["rows"])
         return m, facts["pretrain"]["tokens"], "token", disk_bytes(target), disk_bytes(table)
     m = measured([sys.executable, __file__, "--_read", str(out / "random")], stage)

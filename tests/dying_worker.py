@@ -49,3 +49,11 @@ class DiesOnce:
 def env_of(progress, name: str) -> str | None:
     """What the sandbox running it sees for the environment variable ``name``."""
     return os.environ.get(name)
+
+
+def sleep_then(progress, seconds: float, value: str) -> str:
+    """Sleeps ``seconds`` in the sandbox, then returns ``value``."""
+    import time
+
+    time.sleep(seconds)
+    return value

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import lance
@@ -36,7 +37,7 @@ from prep.prepare.faults import ENV as RAISE_ENV
 from prep.prepare.images.job import run_decode_images
 from prep.prepare.isolation import FAULTS_ENV, Limits, run_isolated, stop_sandboxes
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
-from dying_worker import DiesOnce, env_of
+from dying_worker import DiesOnce, env_of, sleep_then
 from test_images import encode, noise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -215,6 +216,31 @@ def test_a_kept_sandbox_sees_the_environment_of_the_job_it_runs(monkeypatch):
     assert run_isolated(env_of, {"name": "PREP_TEST_SANDBOX_ENV"}, Limits()) == (None, 0)
     monkeypatch.setenv("PREP_TEST_SANDBOX_ENV", "set after the first job")
     assert run_isolated(env_of, {"name": "PREP_TEST_SANDBOX_ENV"}, Limits()) == ("set after the first job", 0)
+
+
+@pytest.mark.slow  # a sandbox start: a torch import
+def test_a_sandbox_whose_wait_was_interrupted_never_answers_the_next_chunk():
+    """``ray.cancel`` interrupts a Ray task's thread while its sandbox works on a chunk (a job stopping after
+    another chunk failed). The next chunk on that thread must get its own answer, not the interrupted
+    one's: a rerun once committed a fragment that the cancelled chunk had written, and its claim deleted."""
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_: object) -> None:
+        raise Interrupted
+
+    assert run_isolated(sleep_then, {"seconds": 0.0, "value": "warm"}, Limits()) == ("warm", 0)  # started: no start-up to race
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Interrupted):
+            run_isolated(sleep_then, {"seconds": 1.0, "value": "interrupted"}, Limits())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    time.sleep(1.2)  # the interrupted request would be answered by now
+    assert run_isolated(sleep_then, {"seconds": 0.0, "value": "next"}, Limits()) == ("next", 0)
 
 
 # ---------------------------------------------------------------- the real decoder on broken files

@@ -1,8 +1,8 @@
-"""Run a prepare job's chunks, as Ray Data tasks or on this machine, then commit once.
+"""Run a prepare job's chunks, as Ray tasks or on this machine, then commit once.
 
 Every prepare job has the same shape: the driver cuts the input into chunks
 (deterministically: the unit of parallelism and of row order), a task per chunk
-(a Ray Data ``map_batches`` task on a cluster, a local worker thread otherwise; both
+(a Ray task on a cluster, a local worker thread otherwise; both
 run it in a sandbox process) turns it into Arrow rows and writes them as
 uncommitted Lance fragments, and the driver commits all fragments in chunk order.
 The row order therefore never depends on scheduling, the driver holds only
@@ -17,7 +17,6 @@ import os
 import pickle
 import time
 import traceback
-import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
@@ -143,15 +142,9 @@ def _isolated_chunk(index: int, blob: bytes, limits: Limits, hooks: dict[str, st
     return result, error
 
 
-def _process(batch: pa.Table, *, limits: Limits, hooks: dict[str, str], **kwargs: Any) -> pa.Table:
-    """The Ray task: each chunk through this worker process's sandbox (``kwargs`` go to :func:`_run_chunk`)."""
-    results, errors = zip(*(
-        _isolated_chunk(index, blob, limits, hooks, kwargs)
-        for index, blob in zip(batch.column("index").to_pylist(), batch.column("chunk").to_pylist())
-    ))
-    return pa.table(
-        {"index": batch.column("index"), "result": pa.array(results, pa.binary()), "error": pa.array(errors, pa.string())}
-    )
+def _ray_chunk(index: int, blob: bytes, shared: dict[str, Any]) -> tuple[bytes | None, str | None]:
+    """The Ray task: one chunk through this worker process's sandbox (``shared``: what :func:`_isolated_chunk` takes besides)."""
+    return _isolated_chunk(index, blob, **shared)
 
 
 def start_ray(cfg: JobConfig) -> float:
@@ -198,12 +191,12 @@ def run_chunks(
 ) -> list[ChunkResult]:
     """Runs ``worker`` on every chunk; returns results in chunk order.
 
-    ``executor="ray"`` runs a Ray Data task per chunk on the cluster; ``"local"`` runs
+    ``executor="ray"`` runs a Ray task per chunk on the cluster; ``"local"`` runs
     ``local_workers`` (default: the CPUs) threads on this machine, each feeding its own
     sandbox process; ``resources`` are custom Ray resources each task asks for. Both run the same :func:`_run_chunk` in the same sandboxes, so the
     output is identical. Each chunk runs isolated (prep.prepare.isolation): items that
     crash or hang the worker become rejects within ``limits``, and Ray retries a task at
-    most ``limits.max_task_retries`` times (Ray Data's default is forever).
+    most ``limits.max_task_retries`` times.
     ``on_result`` sees each chunk's result as it arrives (the driver's progress bar).
 
     Raises:
@@ -260,27 +253,30 @@ def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: L
 def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str],
                 num_cpus_per_task: float, arrived: Callable[[ChunkResult], None],
                 resources: dict[str, float]) -> dict[int, ChunkResult]:
-    """Chunks as Ray Data tasks (one block each), with finite retries."""
+    """Chunks as Ray tasks (a few per CPU of the cluster in flight at once), with finite retries; the first error cancels the rest.
+
+    Plain tasks, not a Ray Data pipeline: a chunk's rows never travel (the task writes them as
+    fragments and returns their metadata), so Ray Data would add only its costs (measured by
+    ``benchmarks/executors.py``: its import in the driver and in every worker, its executor's
+    thread, and the detached actors it starts on a cluster's first job).
+    """
     import ray
 
-    ds = ray.data.from_items([{"index": i, "chunk": blob} for i, blob in items], override_num_blocks=max(1, len(items)))
-    with warnings.catch_warnings():  # Ray 2.60 takes max_retries (default: forever) only through **ray_remote_args
-        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-        ds = ds.map_batches(
-            _process,
-            fn_kwargs=dict(limits=limits, hooks=hooks, **kwargs),
-            batch_size=1,
-            batch_format="pyarrow",
-            num_cpus=num_cpus_per_task,
-            resources=resources or None,
-            max_retries=limits.max_task_retries,
-        )
-    results: dict[int, ChunkResult] = {}
+    task = ray.remote(_ray_chunk).options(num_cpus=num_cpus_per_task, resources=resources or None,
+                                          max_retries=limits.max_task_retries)  # Ray retries a dead worker's task
+    shared = ray.put(dict(limits=limits, hooks=hooks, kwargs=kwargs))  # the chunk worker (a tokenizer's config...) once
+    window = max(8, 4 * int(ray.cluster_resources().get("CPU", 1) / num_cpus_per_task))  # ray.wait scans what it is given
+    todo, pending, results = iter(items), {}, {}
     try:
-        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            for index, blob, error in zip(
-                batch.column("index").to_pylist(), batch.column("result").to_pylist(), batch.column("error").to_pylist()
-            ):
+        while True:
+            while len(pending) < window and (item := next(todo, None)) is not None:
+                pending[task.remote(item[0], item[1], shared)] = item[0]
+            if not pending:
+                return results
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                index = pending.pop(ref)
+                blob, error = ray.get(ref)
                 if error is not None:
                     raise PrepError(error.strip())
                 results[index] = pickle.loads(blob)
@@ -288,4 +284,6 @@ def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: 
     except ray.exceptions.RayError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise PrepError(f"a Ray task failed after {limits.max_task_retries} retries (max_task_retries): {type(exc).__name__}: {first}") from None
-    return results
+    finally:
+        for ref in pending:
+            ray.cancel(ref)

@@ -253,6 +253,14 @@ class _Sandbox:
         except OSError:  # died while idle: start afresh
             self._stop()
             return "died", (_IDLE, "worker process died before the chunk started")
+        try:
+            return self._reply(timeout)
+        except BaseException:  # interrupted (ray.cancel, Ctrl-C): the child may still answer this request later,
+            self._stop()  # and the next one would read that answer as its own
+            raise
+
+    def _reply(self, timeout: float) -> tuple[str, Any]:
+        """Waits for the child's answer to the request just sent (see :meth:`_attempt`)."""
         seen, since = _IDLE, time.monotonic()
         while True:
             if self._conn.poll(min(0.25, timeout / 4)):

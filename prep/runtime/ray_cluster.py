@@ -47,7 +47,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None
     """Joins the cluster at ``address`` / ``RAY_ADDRESS`` (as under ``ray job submit``),
     else starts a local Ray with ``num_cpus`` CPUs. A no-op when Ray is already up.
 
-    Ray's banner, its token-auth notice, Ray Data's INFO lines and the workers' output
+    Ray's banner, its token-auth notice, its INFO lines and the workers' output
     reach the terminal only with ``prep -v`` (:mod:`prep.runtime.logs`).
     """
     import ray
@@ -61,10 +61,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None
         ray.init(address=address, runtime_env=runtime_env, **talk)
     else:
         ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False, **talk)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False  # prep draws one bar per job (prep.runtime.progress), not one per operator
-    ctx.print_on_execution_start = False
-    logs.quiet_third_party()  # ray.init and the ray.data import just reset their loggers' levels
+    logs.quiet_third_party()  # ray.init just reset its loggers' levels
     log.info("ray: %s", ray.cluster_resources())
 
 
