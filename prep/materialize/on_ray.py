@@ -18,13 +18,14 @@ import ray
 
 from prep.errors import PrepError, one_line
 from prep.materialize.resolved import Call, run_task
-from prep.runtime.ray_cluster import init_ray
+from prep.runtime.ray_cluster import init_ray, use_worker_env
 
 __all__ = ["RayExecutor"]
 
 
 def _released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
     """A task that hands its Arrow memory back to the OS when done: a worker runs many tasks, each holding a split."""
+    use_worker_env()
     try:
         return run_task(fn, where, *args)
     finally:

@@ -25,12 +25,10 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 
 import pyarrow as pa
 
-from prep.io import lance_tables
-
 from prep.io import storage
 from prep.runtime.config import JobConfig
 from prep.errors import PrepError, one_line
-from prep.prepare.isolation import Limits, Progress, run_isolated, hooks_from_env
+from prep.prepare.isolation import Limits, Progress, dumps, run_isolated, hooks_from_env
 from prep.prepare.rejects import Reject, rejects_table
 
 __all__ = [
@@ -70,7 +68,7 @@ def _run_chunk(
     *,
     index: int,
     blob: bytes,
-    worker: ChunkWorker,
+    worker: bytes,
     output_uri: str,
     rejects_uri: str,
     storage_options: dict[str, str] | None,
@@ -78,13 +76,17 @@ def _run_chunk(
 ) -> tuple[bytes | None, str | None]:
     """One chunk, inside the sandbox: ``(pickled ChunkResult, None)`` or ``(None, error)``.
 
+    ``worker`` is the pickled :data:`ChunkWorker`: only the sandbox unpickles it, so the process
+    that feeds the sandbox (a Ray worker) never imports what it needs (a tokenizer, torch), nor Lance.
     A probe (``progress.probe``) reads the worker's rows and writes nothing: ``(None, None)``.
     """
+    from prep.io import lance_tables
+
     chunk = pickle.loads(blob)
     t0 = time.perf_counter()
     raised: list[BaseException] = []
     try:
-        out = worker(chunk, progress)
+        out = pickle.loads(worker)(chunk, progress)
         table = _keeping_errors(out.table, raised)
         if progress.probe:
             for _ in table if isinstance(table, pa.RecordBatchReader) else ():
@@ -166,6 +168,8 @@ def total_counts(results: Iterable[ChunkResult], required: Iterable[str]) -> Cou
 
 def drop_old_versions(cfg: JobConfig, s3: storage.S3Options) -> None:
     """After an overwrite: deletes the replaced versions' files of the table and its rejects."""
+    from prep.io import lance_tables
+
     for uri in (cfg.output, cfg.rejects_uri):
         ds = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
         ds.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
@@ -203,7 +207,7 @@ def run_chunks(
         PrepError: a chunk cannot finish, or a Ray task kept failing; one line saying which.
     """
     items = [(i, pickle.dumps(c)) for i, c in enumerate(chunks)]
-    kwargs = dict(worker=worker, output_uri=output_uri, rejects_uri=rejects_uri, storage_options=storage_options,
+    kwargs = dict(worker=_pickled(worker, executor), output_uri=output_uri, rejects_uri=rejects_uri, storage_options=storage_options,
                   max_rows_per_file=max_rows_per_file)
     hooks = hooks_from_env()
     arrived = on_result or (lambda result: None)
@@ -215,6 +219,16 @@ def run_chunks(
     if missing:
         raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
     return [results[i] for i in range(len(chunks))]
+
+
+def _pickled(worker: ChunkWorker, executor: Executor) -> bytes:
+    """``worker`` as the sandboxes load it (:func:`_run_chunk`): on Ray with Ray's cloudpickle, as Ray
+    itself would send it (a worker class defined in a driver script's ``__main__`` travels by value)."""
+    if executor == "local":
+        return dumps(worker)
+    from ray import cloudpickle
+
+    return cloudpickle.dumps(worker)
 
 
 _LOCAL: dict[int, ThreadPoolExecutor] = {}  # by size, kept across jobs: its threads' sandboxes stay warm, like Ray's workers

@@ -60,7 +60,7 @@ from prep.errors import PrepError
 from prep.prepare.faults import ENV as RAISE_ENV
 from prep.runtime.ray_cluster import WORKER_ENV
 
-__all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "TEST_HOOKS", "hooks_from_env", "run_isolated", "stop_sandboxes"]
+__all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "TEST_HOOKS", "dumps", "hooks_from_env", "run_isolated", "stop_sandboxes"]
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def hooks_from_env() -> dict[str, str]:
     return {k: os.environ[k] for k in TEST_HOOKS if k in os.environ}
 
 
-def _dumps(obj: Any) -> bytes:
+def dumps(obj: Any) -> bytes:
     """Plain pickle, else Ray's cloudpickle for what only it can pickle (classes defined in ``__main__``)."""
     try:
         return pickle.dumps(obj)
@@ -295,7 +295,7 @@ class _Sandbox:
         poison: dict[int, str] = {}
         restarts = 0
         while True:
-            kind, value = self._attempt(_dumps((fn, kwargs, poison, hooks, None)), limits.item_timeout_s)
+            kind, value = self._attempt(dumps((fn, kwargs, poison, hooks, None)), limits.item_timeout_s)
             if kind == "ok":
                 return value, restarts
             if kind == "error":
@@ -315,7 +315,7 @@ class _Sandbox:
     def _confirmed(self, fn: Callable[..., Any], kwargs: dict[str, Any], item: int, limits: Limits, hooks: dict[str, str]) -> bool:
         """Whether ``item`` alone, in a fresh child, crashes or hangs it too: the mark can name an
         innocent item (a signal sent to the whole process, a crash on another thread)."""
-        kind, value = self._attempt(_dumps((fn, kwargs, {}, hooks, item)), limits.item_timeout_s)
+        kind, value = self._attempt(dumps((fn, kwargs, {}, hooks, item)), limits.item_timeout_s)
         return kind == "died" and value[0] == item
 
 

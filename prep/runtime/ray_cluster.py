@@ -9,13 +9,22 @@ import sys
 
 from prep.runtime import logs
 
-__all__ = ["init_ray", "use_ray", "parse_resources", "WORKER_ENV"]
+__all__ = ["init_ray", "use_ray", "parse_resources", "WORKER_ENV", "use_worker_env"]
 
 log = logging.getLogger(__name__)
 
 # Every task's tokenizer would otherwise spawn a thread per core and fight the
-# other tasks for them; Ray gives each task its CPU share, we keep to it.
+# other tasks for them; Ray gives each task its CPU share, we keep to it. Sandboxes are
+# started with it (prep.prepare.isolation) and materialize's Ray tasks set it (use_worker_env),
+# not a Ray runtime_env: Ray starts a runtime_env's workers through a setup process that
+# imports Ray once more, and cannot give a job the idle workers it keeps started
+# (measured, benchmarks/executors.py: ~2 CPU-s more per worker and job).
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "LANCE_LOG": "error"}
+
+
+def use_worker_env() -> None:
+    """Gives this process :data:`WORKER_ENV` (a Ray task, before its first tokenizer or Lance call)."""
+    os.environ.update(WORKER_ENV)
 
 
 def use_ray(address: str | None = None) -> bool:
@@ -55,12 +64,11 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
-    runtime_env = {"env_vars": WORKER_ENV}
     talk = dict(log_to_driver=logs.verbose(), logging_level=logs.third_party_level())
     if address:
-        ray.init(address=address, runtime_env=runtime_env, **talk)
+        ray.init(address=address, **talk)
     else:
-        ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False, **talk)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, **talk)
     logs.quiet_third_party()  # ray.init just reset its loggers' levels
     log.info("ray: %s", ray.cluster_resources())
 
