@@ -49,6 +49,28 @@ print(json.dumps({"cpu_s": m.cpu_s, "tree": m.peak_tree_rss, "proc": m.peak_proc
 """
 
 
+# A Ray head stand-in: once the command has started (the trigger file), it starts a child
+# holding 200 MB for 2 s, as a raylet starts workers for a job that joins it.
+HEAD = """
+import os, subprocess, sys, time
+while not os.path.exists(sys.argv[1]): time.sleep(0.01)
+subprocess.Popen([sys.executable, "-c", "x = bytearray(200 << 20)\\nfor i in range(0, len(x), 4096): x[i] = 1\\nimport time; time.sleep(2)"]).wait()
+time.sleep(60)
+"""
+
+MEASURE_APART = """
+import json, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import measure
+head = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[3]])
+joins = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); time.sleep(1.5)"
+m = measure.run([sys.executable, "-c", joins, sys.argv[3]], apart=head.pid if sys.argv[4] == "apart" else None)
+head.kill()
+head.wait()
+print(json.dumps({"tree": m.peak_tree_rss, "rc": m.returncode, "lingering": m.lingering}))
+"""
+
+
 def test_measure_counts_an_orphan_cpu_and_the_tree_memory(tmp_path) -> None:
     """The orphan's CPU after its parent exited is counted (RUSAGE_CHILDREN alone would lose it),
     and the peak RSS is the sum over the tree (>= 300 MB), not the largest process (~200 MB)."""
@@ -103,3 +125,18 @@ def test_a_work_folder_holding_a_users_files_is_refused_and_left_as_it_was(tmp_p
     fresh = work_folder(tmp_path / "fresh")
     (fresh / "out").mkdir()
     assert work_folder(fresh) == fresh and (fresh / MARK).is_file()  # marked: a later run may use it again
+
+
+@pytest.mark.parametrize("apart", ["apart", "counted"])
+def test_measure_leaves_out_what_a_process_kept_apart_starts(apart, tmp_path) -> None:
+    """``apart`` (a Ray head the command joins, started by the benchmark) and what it starts while the
+    command runs (the job's Ray workers) are not the command's: ``benchmarks/executors.py`` counts them
+    on the head's side. Without ``apart`` the same tree counts its 200 MB child (the check can fail)."""
+    out = subprocess.run([sys.executable, "-c", MEASURE_APART, str(BENCH), HEAD, str(tmp_path / "joined"), apart],
+                         capture_output=True, text=True, check=True)
+    m = json.loads(out.stdout)
+    assert m["rc"] == 0
+    if apart == "apart":
+        assert m["tree"] < 120 << 20 and m["lingering"] == []
+    else:
+        assert m["tree"] >= 200 << 20

@@ -12,7 +12,7 @@ __all__ = ["register"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "decode-images", help="decode and resize images into a Lance table (a Ray Data job)",
+        "decode-images", help="decode and resize images into a Lance table (Ray tasks on a cluster)",
         description="Decode, orient and resize images (ImageFolder, a manifest, WebDataset shards or Parquet; local or\n"
         "s3://) into a Lance table of fixed-size pixel arrays and labels, plus a rejects table.\n\n"
         "Without --config, --input and --output are enough (224x224 RGB); with it, flags override its keys.\n\n"

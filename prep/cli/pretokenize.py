@@ -13,7 +13,7 @@ __all__ = ["register"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "pretokenize", help="tokenize text sources into a Lance table (a Ray Data job)",
+        "pretokenize", help="tokenize text sources into a Lance table (Ray tasks on a cluster)",
         description="Tokenize JSONL/JSON/Parquet/CSV/text sources (local or s3://) into a Lance table of input_ids,\n"
         "loss_mask and length, plus a rejects table that names every row it could not use.\n\n"
         "Without --config, give --input, --output, --tokenizer and --format; with it, flags override its keys.\n\n"
