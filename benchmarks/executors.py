@@ -4,9 +4,10 @@
     python benchmarks/executors.py --factor 0.05 --runs 1 --stages pretokenize-pretrain   # a smoke run
 
 One Ray head (``ray start --head --num-cpus N``, token auth, all ports free ones) is started
-once; its start-up and the first Ray job on it (a small pretokenize and a small
-materialize-shuffle: Ray Data starts its detached actors on a cluster's first job) are
-reported apart. Then each stage of ``benchmarks/scale.py`` that has an executor
+once; its start-up and the first Ray jobs on it (a small pretokenize and a small
+materialize-shuffle: what a cluster starts once per lifetime is paid there, such as the
+detached actors of Ray Data, which prep's prepare jobs used before 2026-12-02) are reported
+apart. Then each stage of ``benchmarks/scale.py`` that has an executor
 (pretokenize pretrain and sft, decode-images, materialize-shuffle random and clump 64) runs
 ``--runs`` times on each executor, alternating, each a fresh ``prep`` process as a user runs
 it: ``--executor local``, and ``--executor ray --ray-address <the head>``. The inputs are
@@ -191,7 +192,7 @@ class Head:
 
 
 _RAY_OWN = ("gcs_server", "raylet", "dashboard", "log_monitor", "monitor.py", "ray.util.client.server",
-            "ray::DashboardAgent", "ray::RuntimeEnvAgent",  # and Ray Data's detached actors:
+            "ray::DashboardAgent", "ray::RuntimeEnvAgent",  # and Ray Data's detached actors (older prep, other jobs):
             "ray::_StatsActor", "ray::_AutoscalingCoordinatorActor", "ray::_UsageCollectionActor")
 
 
