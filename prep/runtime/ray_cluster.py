@@ -17,8 +17,7 @@ log = logging.getLogger(__name__)
 # other tasks for them; Ray gives each task its CPU share, we keep to it. Sandboxes are
 # started with it (prep.prepare.isolation) and materialize's Ray tasks set it (use_worker_env),
 # not a Ray runtime_env: Ray starts a runtime_env's workers through a setup process that
-# imports Ray once more, and cannot give a job the idle workers it keeps started
-# (measured with py-spy beside benchmarks/executors.py: 1-2 CPU-s more per worker and job).
+# imports Ray once more (py-spy beside benchmarks/executors.py: 1-2 CPU-s a worker and job).
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "LANCE_LOG": "error"}
 
 
