@@ -127,6 +127,7 @@ def test_a_work_folder_holding_a_users_files_is_refused_and_left_as_it_was(tmp_p
     assert work_folder(fresh) == fresh and (fresh / MARK).is_file()  # marked: a later run may use it again
 
 
+@pytest.mark.slow  # a benchmark's helper, two process trees of 200 MB: the quick tier stays under 8 minutes
 @pytest.mark.parametrize("apart", ["apart", "counted"])
 def test_measure_leaves_out_what_a_process_kept_apart_starts(apart, tmp_path) -> None:
     """``apart`` (a Ray head the command joins, started by the benchmark) and what it starts while the
