@@ -25,6 +25,7 @@ class DiesOnce:
 
     at: str | None
     marker: str
+    feeder: bool = False  # kill the process that feeds the sandbox (a Ray worker) instead of the sandbox
 
     def __call__(self, chunk, progress):
         rows, rejects = [], []
@@ -43,7 +44,7 @@ class DiesOnce:
     def _die_once(self) -> None:
         if not os.path.exists(self.marker):
             Path(self.marker).touch()
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getppid() if self.feeder else os.getpid(), signal.SIGKILL)
 
 
 def env_of(progress, name: str) -> str | None:

@@ -105,13 +105,15 @@ def test_scale_runs_its_checks_at_a_tiny_factor(tmp_path) -> None:
     assert not (tmp_path / "w" / "out").exists()  # outputs are removed once the factor is done
 
 
-def test_a_work_folder_holding_a_users_files_is_refused_and_left_as_it_was(tmp_path) -> None:
-    """The benchmarks clear ``out/`` and their inputs under ``--work`` by name: a folder with a user's
-    ``out/`` in it (``--work .`` in a checkout) is refused before anything runs; a new one is marked and used."""
+@pytest.mark.parametrize("script", [["scale.py", "--factors", "0.002"], ["executors.py", "--factor", "0.002"]])
+def test_a_work_folder_holding_a_users_files_is_refused_and_left_as_it_was(script, tmp_path) -> None:
+    """The benchmarks clear ``out/`` (``executors.py``: ``warm/`` too) and their inputs under ``--work`` by name:
+    a folder with a user's ``out/`` in it (``--work .`` in a checkout) is refused before anything runs (no Ray
+    started); a new one is marked and used."""
     user = tmp_path / "checkout"
     (user / "out").mkdir(parents=True)
     (user / "out" / "my-table.lance").write_text("theirs")
-    cmd = [sys.executable, str(BENCH / "scale.py"), "--factors", "0.002", "--stages", "shuffle-random", "--work", str(user)]
+    cmd = [sys.executable, str(BENCH / script[0]), *script[1:], "--stages", "shuffle-random", "--work", str(user)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     assert out.returncode == 1 and "not made by a prep benchmark" in out.stderr and "\n" not in out.stderr.strip()
     assert (user / "out" / "my-table.lance").read_text() == "theirs"

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import lance
@@ -218,6 +217,33 @@ def test_a_kept_sandbox_sees_the_environment_of_the_job_it_runs(monkeypatch):
     assert run_isolated(env_of, {"name": "PREP_TEST_SANDBOX_ENV"}, Limits()) == ("set after the first job", 0)
 
 
+@pytest.mark.slow  # Ray workers and sandboxes started afresh
+@pytest.mark.parametrize("retries", [1, 0])
+def test_a_ray_worker_that_dies_is_retried_at_most_max_task_retries_times(retries, ray_local, tmp_path):
+    """A Ray worker killed under its task (an OOM kill of the process feeding the sandbox) is Ray's to
+    retry, ``max_task_retries`` times: the retry gives the clean run's rows, and with no retry left the
+    job fails with one line saying so."""
+    import dying_worker
+    from ray import cloudpickle
+
+    worker = DiesOnce("b", str(tmp_path / "died"), feeder=True)
+
+    def run() -> list:
+        return run_chunks([["a", "b"], ["c"]], worker, output_uri=str(tmp_path / "t.lance"),
+                          rejects_uri=str(tmp_path / "r.lance"), limits=Limits(max_task_retries=retries), executor="ray")
+
+    cloudpickle.register_pickle_by_value(dying_worker)  # Ray's workers do not have tests/ on their path
+    try:
+        if retries:
+            assert [r.counts["rows_written"] for r in run()] == [2, 1]
+        else:
+            with pytest.raises(PrepError, match=r"a Ray task failed after 0 retries \(max_task_retries\)"):
+                run()
+    finally:
+        cloudpickle.unregister_pickle_by_value(dying_worker)
+    assert (tmp_path / "died").exists()
+
+
 @pytest.mark.slow  # a sandbox start: a torch import
 def test_a_sandbox_whose_wait_was_interrupted_never_answers_the_next_chunk():
     """``ray.cancel`` interrupts a Ray task's thread while its sandbox works on a chunk (a job stopping after
@@ -235,11 +261,10 @@ def test_a_sandbox_whose_wait_was_interrupted_never_answers_the_next_chunk():
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.3)
         with pytest.raises(Interrupted):
-            run_isolated(sleep_then, {"seconds": 1.0, "value": "interrupted"}, Limits())
+            run_isolated(sleep_then, {"seconds": 30.0, "value": "interrupted"}, Limits())  # answered long after
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    time.sleep(1.2)  # the interrupted request would be answered by now
     assert run_isolated(sleep_then, {"seconds": 0.0, "value": "next"}, Limits()) == ("next", 0)
 
 
