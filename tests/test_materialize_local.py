@@ -63,6 +63,37 @@ def test_local_executor_beyond_its_memory_budget_writes_the_same(synthetic, tmp_
     _same_output(str(tmp_path / "whole"), str(tmp_path / "parts"), whole, parts)
 
 
+@pytest.mark.parametrize("strategy,clump", [("random", 1), ("random", 64)])
+def test_ray_executor_beyond_one_holder_writes_the_same(synthetic, tmp_path, monkeypatch, ray_local, strategy, clump):
+    """Small clumps needing many holders go through the gather pass; large clumps take from the table."""
+    from prep.materialize import gather, on_ray
+
+    kw = dict(table=synthetic, epochs=2, splits=7, strategy=strategy, clump=clump, read_rows=300)
+    whole = materialize_shuffle(output=str(tmp_path / "whole"), executor="local", **kw)
+    monkeypatch.setattr(local, "HOLD_BYTES", 40_000)  # the table is ~1 MB: 7 groups of one split, more than gathering needs
+    gathered = []
+    monkeypatch.setattr("prep.materialize.table.gather_pieces", lambda *a: gathered.append(1) or gather.gather_pieces(*a))
+    monkeypatch.setattr(on_ray.RayExecutor, "run_holders", lambda *a: pytest.fail("no holder fits these rows"))
+    parts = materialize_shuffle(output=str(tmp_path / "parts"), executor="ray", **kw)
+    assert gathered == ([1] if clump == 1 else [])
+    _same_output(str(tmp_path / "whole"), str(tmp_path / "parts"), whole, parts)
+
+
+def test_ray_executor_runs_one_holder_per_node_each_on_the_node_s_cpus(synthetic, tmp_path, monkeypatch, ray_local):
+    from prep.materialize import on_ray
+
+    kw = dict(table=synthetic, epochs=2, splits=5, strategy="random", read_rows=300)
+    whole = materialize_shuffle(output=str(tmp_path / "whole"), executor="local", **kw)
+    monkeypatch.setattr(on_ray, "_nodes_cpus", lambda resources: [1, 1, 1])  # three nodes of one CPU
+    seen = []
+    real = on_ray.RayExecutor.run_holders
+    monkeypatch.setattr(on_ray.RayExecutor, "run_holders", lambda self, calls, on_done: seen.append(
+        ([c.where for c in calls], self._threads)) or real(self, calls, on_done))
+    held = materialize_shuffle(output=str(tmp_path / "held"), executor="ray", **kw)
+    assert seen == [(["splits 0..1", "splits 2..3", "splits 4..4"], 1)]
+    _same_output(str(tmp_path / "whole"), str(tmp_path / "held"), whole, held)
+
+
 def test_the_cli_without_a_cluster_runs_in_process_without_ray_or_torch(synthetic, tmp_path):
     out = tmp_path / "out"
     code = (
@@ -120,6 +151,16 @@ def test_a_failing_local_read_names_where_and_leaves_no_manifest(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(PrepError, match=r"^reading the rows of splits 0\.\.3: "):
         materialize_shuffle(table=src, output=str(out), epochs=1, splits=4, executor="local")
+    assert not (out / "manifest.json").exists()
+
+
+def test_a_failing_read_in_a_ray_holder_names_where_and_leaves_no_manifest(tmp_path, ray_local):
+    src = tables.synthetic_table(str(tmp_path / "src.lance"), num_rows=3000, max_len=40, fragment_rows=1000)
+    last = lance.dataset(src).get_fragments()[-1].data_files()[0].path
+    os.remove(os.path.join(src, "data", os.path.basename(last)))
+    out = tmp_path / "out"
+    with pytest.raises(PrepError, match=r"^reading the rows of splits 0\.\.3: \S.*data"):
+        materialize_shuffle(table=src, output=str(out), epochs=1, splits=4, executor="ray")
     assert not (out / "manifest.json").exists()
 
 

@@ -9,11 +9,13 @@ works, measurements and trade-offs: docs/materialize.md. In short:
    (:mod:`prep.materialize.rows`).
 2. One task per (epoch, split) writes ``OUT/epoch-EEEEE/split-SSSSS.lance``
    and then its done record (:mod:`prep.materialize.write`, :mod:`prep.contracts.done`).
-   On a cluster the tasks run on Ray (:mod:`prep.materialize.on_ray`; small clumps
-   through a shared gather pass, :mod:`prep.materialize.gather`); on one machine
-   on threads of this process, from rows held in memory
-   (:mod:`prep.materialize.local`). :func:`prep.runtime.ray_cluster.use_ray` decides;
-   both take the same calls and write identical outputs.
+   Both executors run them the same way: holders read the selected rows once and
+   write their group of splits from rows held in memory, on threads
+   (:mod:`prep.materialize.table`): on one machine in this process
+   (:mod:`prep.materialize.local`), on a cluster as one Ray task per node at least
+   (:mod:`prep.materialize.on_ray`; rows too many for a few holders through a
+   gather pass, :mod:`prep.materialize.gather`). :func:`prep.runtime.ray_cluster.use_ray`
+   decides; both write identical outputs.
 3. ``manifest.json`` is written last, atomically; a rerun trusts only splits whose
    done record and files check out, and writes the others again (:mod:`prep.materialize.rerun`).
 
@@ -36,7 +38,7 @@ Modules:
 - :mod:`prep.materialize.held`: rows held in memory, taken into a split's read order
 - :mod:`prep.materialize.write`: the (epoch, split) write task
 - :mod:`prep.materialize.local`, :mod:`prep.materialize.on_ray`: the executors
-- :mod:`prep.materialize.gather`: the Ray gather pass for small clumps
+- :mod:`prep.materialize.gather`: the Ray gather pass, for small clumps too many for a few holders
 - :mod:`prep.materialize.faults`: kill points at every commit (tests only)
 - :mod:`prep.materialize.mixture_file`: the mixture file (YAML) -> a plan with a mixture
 - :mod:`prep.materialize.mixture_sources`: a mixture's tables, opened, pinned and checked against each other

@@ -1,4 +1,5 @@
-"""The gather pass of the Ray executor: how a split gets its rows when clumps are small.
+"""The gather pass of the Ray executor: how a split gets its rows when clumps are small and the
+rows too many for a few holders (:data:`prep.materialize.table.GATHER_FROM_GROUPS`).
 
 A Lance ``take`` per row costs ~5x a scan, so with small clumps
 (:func:`prep.materialize.held.reads_scattered`) map tasks scan
@@ -6,8 +7,8 @@ contiguous chunks once per run and cut them into one piece per split (Ray
 object store, spilled to disk when full); each (epoch, split) task
 takes its rows into the epoch's order from its pieces (its rows in position
 order, not concatenated: :mod:`prep.materialize.held`). The map pass is shared
-by all epochs of the run. The local executor needs no object store: it holds
-the rows in its own memory (:mod:`prep.materialize.local`).
+by all epochs of the run. Holders, which read the whole selection each, need no
+object store (:mod:`prep.materialize.table`).
 """
 
 from __future__ import annotations

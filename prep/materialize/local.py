@@ -4,11 +4,11 @@ Chosen when there is no cluster (:func:`prep.runtime.ray_cluster.use_ray`): on o
 machine a fresh Ray costs seconds of start-up and an object store, and buys
 nothing, since Lance and Arrow release the GIL while they read, take, hash
 and write. It takes the same calls as the Ray executor
-(:class:`prep.materialize.on_ray.RayExecutor`); what differs is where a split's
-rows come from: this process can hold them in its own memory
-(:attr:`LocalExecutor.hold_bytes`), so the runs (:mod:`prep.materialize.table`,
-:mod:`prep.materialize.mixture`) read them in sequential passes and hand each
-split task the rows it needs, within :data:`HOLD_BYTES`. Outputs are identical.
+(:class:`prep.materialize.on_ray.RayExecutor`), which runs this executor inside
+each of its holder tasks: a holder (:meth:`LocalExecutor.run_holders`) reads rows
+in sequential passes, holds them (within :data:`HOLD_BYTES`) and hands each split
+call the rows it needs (:mod:`prep.materialize.table`, :mod:`prep.materialize.mixture`).
+Outputs are identical.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from prep.materialize.resolved import Call, run_task
 
 __all__ = ["HOLD_BYTES", "LocalExecutor"]
 
-HOLD_BYTES = 2 << 30  # Arrow bytes of selected rows held in memory at once
+HOLD_BYTES = 2 << 30  # Arrow bytes of selected rows one holder keeps in memory at once
 
 
 class LocalExecutor:
@@ -30,8 +30,11 @@ class LocalExecutor:
     Leaving it (an error or Ctrl-C included) drops the calls not started; the running ones finish their split.
     """
 
+    gathers = False  # no object store: rows that need many holders are held group after group
+
     def __init__(self, num_cpus: int | None) -> None:
         self.hold_bytes = HOLD_BYTES  # the driver's memory is the tasks' memory: rows read once serve every task
+        self.min_holders = 1  # one process: its holders run one after another on all its threads
         self._pool = ThreadPoolExecutor(num_cpus or os.cpu_count() or 1, thread_name_prefix="prep-materialize")
 
     def __enter__(self) -> "LocalExecutor":
@@ -58,3 +61,11 @@ class LocalExecutor:
         if failed:
             raise failed[0].exception()
         return [f.result() for f in futures]
+
+    def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
+        """Holder calls (``fn(*args, executor, on_done)``: hold rows, then run their split calls on
+        ``executor``), one after another in this process, on this executor's threads; their results, concatenated.
+
+        A holder names where its own errors happen (``run_task`` and :meth:`run` inside it).
+        """
+        return [record for c in calls for record in c.fn(*c.args, self, on_done)]

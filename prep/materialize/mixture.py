@@ -14,10 +14,11 @@ that global batch at every world size dividing ``S``. Every row carries its sour
 index in a ``uint16`` ``source`` column, and every done record counts the rows and
 tokens each source put in its split (the manifest sums them per epoch).
 
-Where the rows come from: on the local executor, when all selected rows of all
-sources fit in its ``hold_bytes``, one scan per source holds them in memory and each
-split takes its rows there (like a single-table full random run); otherwise, and on
-Ray, each split takes its rows from each table with Lance takes.
+Where the rows come from: when all selected rows of all sources fit in one holder's
+``hold_bytes``, a holder (:meth:`~prep.materialize.resolved.TaskExecutor.run_holders`:
+this process locally, a task on each node on Ray) holds them after one scan per
+source and writes its splits from them (like a single-table full random run);
+otherwise each split takes its rows from each table with Lance takes.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from prep.errors import PrepError
 from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import Epoch, Manifest, MixtureTable, Source
 from prep.materialize.held import Held
-from prep.materialize.resolved import Call, TaskExecutor
+from prep.materialize.resolved import Call, TaskExecutor, run_task
 from prep.materialize.mixture_sources import (SOURCE_COLUMN, OpenSource, check_repeats, epoch_rows_for, open_sources,
                                               output_schema, plan_sources, row_tokens)
 from prep.materialize.options import DEFAULT_LANCE_FORMAT, READ_ROWS, RunOptions
@@ -155,16 +156,21 @@ class MixtureRun:
 
     def write(self, job: ResolvedMixture, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
               on_done: Callable[[], None]) -> list[DoneRecord]:
-        """The (epoch, split) pairs in ``todo``, from rows held in memory when the executor can hold them all."""
+        """The (epoch, split) pairs in ``todo``: from rows held in memory when one holder can hold them all,
+        else each split taking its rows from the tables."""
         mix, p = job.plan.mixture, job.plan
-        held = _hold(job) if executor.hold_bytes and _held_bytes(job) <= executor.hold_bytes else None
-        shared = executor.put(job)
-        calls = []
+        pairs = []
         for e, s in todo:
             at = mixplan.split_positions(mix.epoch_rows, mix.global_batch, p.num_splits, s)
             seq = self._sequences[e]
-            calls.append(Call(f"epoch {e} split {s}", _write_split, (shared, e, s, seq.source[at], seq.row[at], held)))
-        return executor.run(calls, on_done)
+            pairs.append((e, s, seq.source[at], seq.row[at]))
+        if _held_bytes(job) <= executor.hold_bytes:
+            count = min(len(pairs), executor.min_holders)  # each holds every source: one per node, no more
+            calls = [Call("holding the sources", _write_held, (job, pairs[i::count])) for i in range(count)]
+            return executor.run_holders(calls, on_done)
+        shared = executor.put(job)
+        return executor.run([Call(f"epoch {e} split {s}", _write_split, (shared, e, s, src, row, None))
+                             for e, s, src, row in pairs], on_done)
 
     def manifest(self, job: ResolvedMixture, epochs: tuple[Epoch, ...]) -> Manifest:
         first = job.sources[0]
@@ -222,6 +228,15 @@ def _hold(job: ResolvedMixture) -> tuple[Held, np.ndarray]:
         parts.append(pa.Table.from_arrays([*table.columns, column], schema=job.schema))
     starts = np.cumsum([0] + [s.selected for s in job.sources])[:-1]
     return Held(parts, np.arange(sum(t.num_rows for t in parts))), starts  # held as read: no concatenated copy
+
+
+def _write_held(job: ResolvedMixture, pairs: Sequence[tuple[int, int, np.ndarray, np.ndarray]],
+                executor: TaskExecutor, on_done: Callable[[], None]) -> list[DoneRecord]:
+    """A holder: every selected row of every source, one scan each, then ``pairs`` (epoch, split and its
+    rows' sources and rows) written from them on ``executor``'s threads."""
+    held = run_task(_hold, "reading the mixture's sources", job)
+    return executor.run([Call(f"epoch {e} split {s}", _write_split, (job, e, s, src, row, held)) for e, s, src, row in pairs],
+                        on_done)
 
 
 def _taken(job: ResolvedMixture, src: np.ndarray, row: np.ndarray) -> pa.Table:

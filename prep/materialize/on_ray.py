@@ -2,11 +2,14 @@
 
 Chosen when there is a cluster to use (:func:`prep.runtime.ray_cluster.use_ray`).
 It takes the same calls as the local executor (:class:`prep.materialize.local.LocalExecutor`).
-Workers do not share the driver's memory (:attr:`RayExecutor.hold_bytes` is 0):
-shared values go to the object store (:meth:`RayExecutor.put`), and a single table's
-small clumps go through the gather pass (:mod:`prep.materialize.gather`, map tasks
-through :meth:`RayExecutor.scatter`). A task's error cancels the others and is
-re-raised in the driver as one line naming the call's ``where``.
+A holder call (:meth:`RayExecutor.run_holders`) is one Ray task that takes a node's
+CPUs and runs the local executor there: it holds its group's rows in the worker's
+memory and writes its splits on that node's threads, so a run on Ray does what a
+local run does, with one holder per node at least. Shared values go to the object
+store (:meth:`RayExecutor.put`); rows too many for a few holders go through the
+gather pass (:mod:`prep.materialize.gather`, map tasks through :meth:`RayExecutor.scatter`).
+A task's error cancels the others and is re-raised in the driver as one line naming
+where it happened.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pyarrow as pa
 import ray
 
 from prep.errors import PrepError, one_line
+from prep.materialize import local
 from prep.materialize.resolved import Call, run_task
 from prep.runtime.ray_cluster import init_ray, use_worker_env
 
@@ -32,8 +36,28 @@ def _released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
         pa.default_memory_pool().release_unused()
 
 
+def _holder(fn: Callable[..., Any], threads: int, *args: Any) -> list:
+    """A holder call on one node: ``fn(*args, executor, on_done)`` with a local executor of ``threads`` threads."""
+    use_worker_env()
+    try:
+        with local.LocalExecutor(threads) as threads_here:
+            return fn(*args, threads_here, lambda: None)
+    finally:
+        pa.default_memory_pool().release_unused()
+
+
+def _nodes_cpus(resources: Mapping[str, float]) -> list[int]:
+    """The CPUs of each live node that offers ``resources`` (where this run's tasks may go)."""
+    return [int(n["Resources"]["CPU"]) for n in ray.nodes()
+            if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1
+            and all(n["Resources"].get(k, 0) >= v for k, v in resources.items())]
+
+
 class RayExecutor:
     """Runs calls as Ray tasks (1 CPU each, retried twice, on nodes offering ``resources``); a context manager.
+
+    Holder calls take the CPUs of the smallest node that may run them, and there
+    are as many as nodes at least (:attr:`min_holders`), so that every node works.
 
     Args:
         address: cluster to join (default ``RAY_ADDRESS``, else a local Ray).
@@ -41,11 +65,17 @@ class RayExecutor:
         resources: custom Ray resources each task asks for (pins tasks to nodes).
     """
 
-    hold_bytes = 0  # tasks run in other processes, often on other machines: the driver holds no rows for them
+    gathers = True  # rows too many for a few holders go through the object store (the gather pass)
 
     def __init__(self, address: str | None, num_cpus: int | None, resources: Mapping[str, float] | None = None) -> None:
         init_ray(address, num_cpus=num_cpus)
-        self._remote = ray.remote(num_cpus=1, max_retries=2, resources=dict(resources) if resources else None)(_released)
+        wanted = dict(resources) if resources else None
+        nodes = _nodes_cpus(wanted or {}) or [1]
+        self.hold_bytes = local.HOLD_BYTES  # per holder, in a worker's memory
+        self.min_holders = len(nodes)
+        self._threads = min(nodes)
+        self._remote = ray.remote(num_cpus=1, max_retries=2, resources=wanted)(_released)
+        self._holder = ray.remote(num_cpus=self._threads, max_retries=2, resources=wanted)(_holder)
 
     def __enter__(self) -> "RayExecutor":
         return self
@@ -70,16 +100,28 @@ class RayExecutor:
         """
         return _collect([self._remote.remote(c.fn, c.where, *c.args) for c in calls], on_done)
 
+    def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
+        """Holder calls (``fn(*args, executor, on_done)``), each a Ray task running a local executor on one node;
+        their results, concatenated (``on_done`` once per result, as each holder finishes).
 
-def _counted(record: Any, on_done: Callable[[], None]) -> Any:
-    on_done()
-    return record
+        Raises:
+            PrepError: the first holder that failed, as it names its error.
+        """
+        refs = [self._holder.remote(c.fn, self._threads, *c.args) for c in calls]
+        return [record for records in _collect(refs, on_done, units=len) for record in records]
 
 
-def _collect(refs: list, on_done: Callable[[], None] = lambda: None) -> list:
-    """The tasks' results in order (``on_done`` as each arrives); the first failure cancels the rest and is raised as one line."""
+def _counted(result: Any, on_done: Callable[[], None], units: Callable[[Any], int]) -> Any:
+    for _ in range(units(result)):
+        on_done()
+    return result
+
+
+def _collect(refs: list, on_done: Callable[[], None] = lambda: None, units: Callable[[Any], int] = lambda _: 1) -> list:
+    """The tasks' results in order (``on_done`` ``units(result)`` times as each arrives); the first failure
+    cancels the rest and is raised as one line."""
     try:
-        return [_counted(ray.get(ref), on_done) for ref in refs]
+        return [_counted(ray.get(ref), on_done, units) for ref in refs]
     except ray.exceptions.RayTaskError as exc:
         for ref in refs:
             ray.cancel(ref)

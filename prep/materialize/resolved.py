@@ -75,13 +75,19 @@ class Call(NamedTuple):
 class TaskExecutor(Protocol):
     """What both executors offer (:class:`prep.materialize.local.LocalExecutor`, :class:`prep.materialize.on_ray.RayExecutor`)."""
 
-    hold_bytes: int  # bytes of rows the driver may hold for the tasks (0: tasks do not share its memory)
+    hold_bytes: int  # bytes of rows one holder may keep in memory for its split calls
+    min_holders: int  # holders that keep every CPU of the executor busy (one per node)
+    gathers: bool  # whether it can cut rows into pieces per split through an object store (``scatter``)
 
     def put(self, value: Any) -> Any:
         """``value`` as the tasks receive it (shared once, not copied per call)."""
 
     def run(self, calls: Sequence[Call], on_done: Callable[[], None] = ...) -> list:
         """The calls' results in order; the first failure is raised as one line naming its ``where``."""
+
+    def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = ...) -> list:
+        """Holder calls, ``fn(*args, executor, on_done)``: each holds a group's rows in memory and runs its
+        split calls on ``executor``, threads beside those rows; their results, concatenated."""
 
 
 def resolved_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None = None,

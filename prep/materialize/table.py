@@ -1,16 +1,19 @@
 """A single table's run: resolve, the filter sidecar, the split tasks, the manifest (:class:`TableRun`).
 
-Where a split task gets its rows depends on the executor:
+Where a split task gets its rows is the same on both executors:
 
-- local (an executor whose ``hold_bytes`` is not 0): the selected rows, read in one
-  sequential pass, are held in memory (:mod:`prep.materialize.held`) when they fit in
-  ``hold_bytes`` (:data:`~prep.materialize.local.HOLD_BYTES`); each split takes its rows
-  there. When they do not fit, small clumps (where a Lance ``take`` per row costs ~5x
-  a scan) are written in groups of splits, one sequential pass per group keeping only
-  that group's rows; large clumps and ``sequential`` take their rows from the table in
-  each split task (memory: a few read batches a task).
-- Ray: small clumps through the gather pass (:mod:`prep.materialize.gather`), everything
-  else through Lance takes in the split tasks.
+- held (the default): holders (:meth:`~prep.materialize.resolved.TaskExecutor.run_holders`)
+  each read the selected rows in one sequential pass, keep those of their group of
+  splits in memory (:mod:`prep.materialize.held`, within ``hold_bytes``:
+  :data:`~prep.materialize.local.HOLD_BYTES`) and write the group's splits from them on
+  their threads. Locally the holders run one after another in this process; on Ray
+  each is a task that takes a node's CPUs, one per node at least.
+- taken: when the selected rows do not fit in one holder and clumps are large
+  (``sequential`` included), each split task takes its rows from the table with Lance
+  takes, which such clumps make nearly scans (memory: a few read batches a task).
+- gathered (Ray only): when small clumps would need more than :data:`GATHER_FROM_GROUPS`
+  holders, each reading the whole selection, map tasks read it once and cut it into
+  pieces per split through the object store (:mod:`prep.materialize.gather`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import os
 import uuid
 from dataclasses import replace
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from prep import __version__ as prep_version
 from prep.contracts.done import DoneRecord
@@ -42,17 +47,29 @@ __all__ = ["materialize_shuffle", "TableRun", "hold_groups"]
 
 log = logging.getLogger("prep.materialize")
 _READ_BYTES = 64 << 20  # rows per sequential read while holding: about this many bytes
+# Holding reads the whole selection once per group; the gather pass reads it once and moves every row
+# through the object store. With more groups than this, an executor with an object store gathers.
+GATHER_FROM_GROUPS = 4
 
 
-def hold_groups(num_splits: int, total_bytes: int, hold_bytes: int) -> list[range]:
-    """Contiguous groups of splits, each holding about ``hold_bytes`` of rows at most (one split per group at least).
+def hold_groups(num_splits: int, total_bytes: int, hold_bytes: int, at_least: int = 1) -> list[range]:
+    """Contiguous groups of splits, each holding about ``hold_bytes`` of rows at most (one split per group
+    at least), and ``at_least`` groups when there are enough splits.
 
-    >>> hold_groups(8, 3 * 1000, 1000)
-    [range(0, 3), range(3, 6), range(6, 8)]
+    >>> hold_groups(8, 3 * 1000, 1000), hold_groups(8, 1000, 1000, at_least=2)
+    ([range(0, 3), range(3, 6), range(6, 8)], [range(0, 4), range(4, 8)])
     """
-    count = min(num_splits, max(1, -(-total_bytes // hold_bytes)))
+    count = min(num_splits, max(at_least, 1, -(-total_bytes // hold_bytes)))
     per = -(-num_splits // count)
     return [range(a, min(a + per, num_splits)) for a in range(0, num_splits, per)]
+
+
+def _write_group(job: ResolvedTable, group: range, pairs: Sequence[tuple[int, int]], keys: np.ndarray | None,
+                 chunk_rows: int, executor: TaskExecutor, on_done: Callable[[], None]) -> list[DoneRecord]:
+    """A holder: the rows of the splits in ``group``, read in one sequential pass, then its (epoch, split)
+    ``pairs`` written from them on ``executor``'s threads."""
+    held = run_task(hold_splits, f"reading the rows of splits {group.start}..{group.stop - 1}", job, group, keys, chunk_rows)
+    return executor.run([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys, held)) for e, s in pairs], on_done)
 
 
 class TableRun:
@@ -115,31 +132,22 @@ class TableRun:
               on_done: Callable[[], None]) -> list[DoneRecord]:
         """Writes the (epoch, split) pairs in ``todo`` (module docstring: where their rows come from)."""
         keys = hash_keys_for(job, self.source) if job.plan.strategy == "hash" else None
-        if not executor.hold_bytes:
-            keys = executor.put(keys)
-            if reads_scattered(job.plan):
-                pieces = gather_pieces(job, self.source, executor, keys)
-                calls = [Call(f"epoch {e} split {s}", write_gathered, (job, e, s, keys, *[c[s] for c in pieces]))
-                         for e, s in todo]
-                del pieces  # the running tasks hold what they still need
-                return executor.run(calls, on_done)
-            return executor.run([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys)) for e, s in todo], on_done)
         row_bytes = bytes_per_row(job, self.source)
         total = row_bytes * job.num_selected
-        if total > executor.hold_bytes and not reads_scattered(job.plan):
+        if total > executor.hold_bytes and not reads_scattered(job.plan):  # large clumps: takes are nearly scans
+            keys = executor.put(keys)
             return executor.run([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys)) for e, s in todo], on_done)
+        keys = executor.put(keys)
+        if executor.gathers and len(hold_groups(job.plan.num_splits, total, executor.hold_bytes)) > GATHER_FROM_GROUPS:
+            pieces = gather_pieces(job, self.source, executor, keys)
+            calls = [Call(f"epoch {e} split {s}", write_gathered, (job, e, s, keys, *[c[s] for c in pieces])) for e, s in todo]
+            del pieces  # the running tasks hold what they still need
+            return executor.run(calls, on_done)
         chunk_rows = max(job.read_rows, _READ_BYTES // row_bytes)
-        records: list[DoneRecord] = []
-        for group in hold_groups(job.plan.num_splits, total, executor.hold_bytes):
-            mine = [(e, s) for e, s in todo if s in group]
-            if not mine:
-                continue
-            where = f"reading the rows of splits {group.start}..{group.stop - 1}"
-            held = run_task(hold_splits, where, job, group, keys, chunk_rows)
-            records += executor.run([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys, held)) for e, s in mine],
-                                    on_done)
-            del held
-        return records
+        groups = hold_groups(job.plan.num_splits, total, executor.hold_bytes, at_least=executor.min_holders)
+        calls = [Call(f"splits {g.start}..{g.stop - 1}", _write_group, (job, g, mine, keys, chunk_rows))
+                 for g in groups if (mine := [(e, s) for e, s in todo if s in g])]
+        return executor.run_holders(calls, on_done)
 
     def manifest(self, job: ResolvedTable, epochs: tuple[Epoch, ...]) -> Manifest:
         return Manifest(

@@ -6,8 +6,8 @@ checksum, files and sizes: :mod:`prep.contracts.done`). Each commit is a kill po
 (:mod:`prep.materialize.faults`). Two ways to get a split's rows:
 
 - ``take``: each chunk of the read order is one Lance ``take``; clumps make it
-  nearly a scan (Ray: when :func:`prep.materialize.held.reads_scattered` is false;
-  local: when the selected rows do not fit in memory and clumps are large).
+  nearly a scan (when the selected rows do not fit in one holder and clumps are
+  large: :mod:`prep.materialize.table`).
 - ``held``: the split's rows are already in memory (:mod:`prep.materialize.held`)
   and are taken into this epoch's order there.
 """
