@@ -205,3 +205,20 @@ def test_ray_job_submit_runs_the_pipeline_on_a_real_head(ray_head, tmp_path):
     assert "succeeded" in proc.stdout + proc.stderr
     ds = lance.dataset(str(out))
     assert ds.count_rows() == 4 and read_table_metadata(ds, 't').to_json()["labels"] == sorted({p.parent.name for p in photos(4)})
+
+
+def test_the_driver_imports_neither_torch_nor_torchvision(tmp_path):
+    """Only the sandboxes decode: the driver's import of torchvision cost every job ~4 CPU-s (benchmarks/executors.py)."""
+    import os
+    import sys
+
+    root = _copy_tree(photos(2), tmp_path / "t")
+    code = ("import sys; from prep.cli import main; "
+            f"rc = main(['decode-images', '--config', {str(CONFIG)!r}, '--input', {str(root)!r}, '--output', "
+            f"{str(tmp_path / 'o.lance')!r}, '--executor', 'local', '-q']); "
+            "print(rc, 'torch' in sys.modules, 'torchvision' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0 False False"
+    assert lance.dataset(str(tmp_path / "o.lance")).count_rows() == 2

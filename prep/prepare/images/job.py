@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from importlib.metadata import version as _version  # the driver never imports torchvision (~4 CPU-s)
 from typing import Any, Mapping
 
 import pyarrow as pa
-import torchvision
 
 from prep.io import storage
 from prep.prepare.driver import ChunkPlan, run_prepare
@@ -64,7 +64,7 @@ class ImagesJob:
             "encoded": {"format": cfg.encode, "quality": cfg.quality, "shape": [h, w, c]} if cfg.encode != "none" else None,
             "labels": list(plan.details["labels"].names or []),
             "source_kind": plan.details["source_kind"],
-            "decoder": {"library": f"torchvision {torchvision.__version__}", "fallback": "Pillow", "formats": split_counts(counts)[1]},
+            "decoder": {"library": f"torchvision {_version('torchvision')}", "fallback": "Pillow", "formats": split_counts(counts)[1]},
             "counts": split_counts(counts)[0],
         }
 

@@ -1,36 +1,35 @@
-"""One chunk of images -> Arrow rows + rejects + counts. Runs inside a Ray task.
+"""One chunk of images -> Arrow rows + rejects + counts. Runs inside a chunk's sandbox.
 
-Per image: resolve the label, decode by content, fit to the target size, lay out as
-HWC, optionally re-encode. Any exception raised for one image, whatever its type and
-stage, rejects that image with the stage, the exception's type and its message; only
-failures that are not about one image (reading the chunk, writing) fail the chunk.
-The rows of a chunk are gathered into one contiguous buffer and handed to Arrow as a
-``fixed_size_list<uint8>`` without a per-row copy.
+Per image (:func:`prep.prepare.images.row.image_row`): resolve the label, decode by
+content, fit to the target size, lay out as HWC, optionally re-encode; anything raised
+for one image rejects that image alone. Only failures that are not about one image
+(reading the chunk, writing) fail the chunk. The rows of a chunk are gathered into one
+contiguous buffer and handed to Arrow as a ``fixed_size_list<uint8>`` without a per-row copy.
+
+The driver builds the worker and its schema but never runs it, so this module imports
+neither torch nor the decoders (~4 CPU-s in every driver); the sandbox does, in ``row``.
 """
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from prep.io import storage
-from prep.errors import described
-from prep.prepare.faults import maybe_raise
 from prep.prepare.ids import stable_ids
 from prep.prepare.images.config import ImagesConfig
-from prep.prepare.images.decode import ImageError, decode
-from prep.prepare.images.labels import LabelError, LabelMap
+from prep.prepare.images.labels import LabelMap
 from prep.prepare.images.sources import read_chunk
-from prep.prepare.images.transform import Fit, fit
 from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.chunk_runner import ChunkOutput
 from prep.prepare.rejects import Reject
+
+if TYPE_CHECKING:
+    from prep.prepare.images.row import ImageRow
 
 __all__ = ["ImageChunkWorker", "table_schema", "BLOB_METADATA", "RAW_METADATA"]
 
@@ -53,18 +52,6 @@ def table_schema(cfg: ImagesConfig) -> pa.Schema:
     if cfg.keep_original:
         fields.append(pa.field("original", pa.large_binary(), metadata=BLOB_METADATA))
     return pa.schema(fields)
-
-
-def _encode(hwc: np.ndarray, chw: torch.Tensor, fmt: str, quality: int) -> bytes:
-    if fmt == "jpeg":
-        from torchvision.io import encode_jpeg
-
-        return encode_jpeg(chw, quality=quality).numpy().tobytes()
-    from PIL import Image  # torchvision has no WebP encoder
-
-    buf = io.BytesIO()
-    Image.fromarray(hwc[:, :, 0] if hwc.shape[2] == 1 else hwc).save(buf, "WEBP", quality=quality)
-    return buf.getvalue()
 
 
 def _ids(keys: list[str], positions: list[int]) -> np.ndarray:
@@ -109,6 +96,9 @@ class ImageChunkWorker:
 
     def _batches(self, chunk: Any, progress: Progress, schema: pa.Schema, rejects: list[Reject],
                  counts: Counter) -> Iterator[pa.RecordBatch]:
+        from prep.prepare.images.row import image_row  # torch and the decoders: only where images are decoded
+        from prep.prepare.images.transform import Fit
+
         cfg = self.cfg
         fit_ = Fit(*cfg.shape[:2], cfg.resize, cfg.interpolation, cfg.antialias, cfg.pad_value)
         rows = _Rows(cfg)
@@ -120,7 +110,7 @@ class ImageChunkWorker:
                 continue
             counts["rows_read"] += 1
             counts["bytes_read"] += len(item.data)
-            row = self._row(item, poison, fit_)
+            row = image_row(item, poison, cfg, self.labels, fit_)
             if isinstance(row, str):
                 rejects.append(Reject(item.reject_source, item.position, row, repr(item.data[:48])))
                 counts["rows_rejected"] += 1
@@ -135,48 +125,6 @@ class ImageChunkWorker:
                     yield rows.flush(schema, counts)
         if len(rows):
             yield rows.flush(schema, counts)
-
-    def _row(self, item: Any, poison: str | None, fit_: Fit) -> _Row | str:
-        """The image's row, or why it is rejected."""
-        if poison is not None:  # crashed or hung this worker before: rejected, not decoded again
-            return poison
-        cfg = self.cfg
-        h, w, c = cfg.shape
-        stage = "label"
-        try:
-            label, name = self.labels.resolve(item.label)
-            stage = "decode"
-            maybe_raise(stage, item.source)
-            dec = decode(item.data, c, cfg.max_pixels)
-            stage = "resize"
-            maybe_raise(stage, item.source)
-            chw = fit(dec.pixels, fit_)
-            if tuple(chw.shape) != (c, h, w):  # a decoder broke its contract: never misalign rows
-                return f"decoded to shape {tuple(chw.shape)}, expected {(c, h, w)}; please report this file"
-            stage = "encode"
-            maybe_raise(stage, item.source)
-            hwc = chw.permute(1, 2, 0).contiguous().numpy()
-            encoded = _encode(hwc, chw, cfg.encode, cfg.quality) if cfg.encode != "none" else b""
-        except (LabelError, ImageError) as exc:
-            return str(exc)
-        except Exception as exc:  # whatever a library raises for this one image costs this image alone
-            return f"{stage} failed: {described(exc)}"
-        return _Row(item, hwc, encoded, label, name, dec.format, dec.frames, dec.via_pil)
-
-
-@dataclass(frozen=True, slots=True)
-class _Row:
-    """One image, ready: every column's value, computed before any is appended."""
-
-    item: Any
-    hwc: np.ndarray
-    encoded: bytes
-    label: int
-    name: str
-    format: str
-    frames: int
-    via_pil: bool
-
 
 _BATCH_ROWS = 64  # images per record batch: bounds a task's memory (64 x 224x224x3 = 9.6 MB of pixels)
 
@@ -201,7 +149,7 @@ class _Rows:
     def __len__(self) -> int:
         return len(self.id_keys)
 
-    def add(self, row: _Row) -> None:
+    def add(self, row: ImageRow) -> None:
         cfg, item = self.cfg, row.item
         self.id_keys.append(item.id_key)
         self.id_pos.append(item.id_pos)
