@@ -2,6 +2,7 @@
 
     python benchmarks/executors.py --factor 1 --runs 2 --json executors.json
     python benchmarks/executors.py --factor 0.05 --runs 1 --stages pretokenize-pretrain   # a smoke run
+    python benchmarks/executors.py --factor 1 --runs 2 --nodes 2 --s3   # two nodes, data on S3
 
 One Ray head (``ray start --head --num-cpus N``, token auth, all ports free ones) is started
 once; its start-up and the first Ray jobs on it (a small pretokenize and a small
@@ -13,6 +14,12 @@ apart. Then each stage of ``benchmarks/scale.py`` that has an executor
 it: ``--executor local``, and ``--executor ray --ray-address <the head>``. The inputs are
 ``scale.py``'s at ``--factor``; its checks run after every job (rows + rejects == inputs,
 tokens == the job's count, ``prep verify``), and both executors must give the same units.
+
+``--nodes 2 --s3`` is the set-up of ``tests/test_multinode.py``: a second Ray node on this
+machine (``ray start --address``, its own temp dir; the CPUs shared out among the nodes) and
+the inputs, the tables and the outputs on a local S3 endpoint (``moto_server``) for both
+executors. The endpoint's CPU is printed apart and not counted: on a cluster the object
+store runs elsewhere.
 
 CPU is counted on each side where it is spent:
 
@@ -75,9 +82,9 @@ def _free_port() -> int:
 
 
 # ----------------------------------------------------------------------------- the Ray head
-def reap(cmd: list[str]) -> int:
-    """The ``--_reap`` mode: become a child subreaper, run ``cmd`` (``ray start --head``), say
-    ``ready``, then wait for every orphan handed here; on SIGTERM (sent by the benchmark, or by
+def reap(cmds: list[list[str]]) -> int:
+    """The ``--_reap`` mode: become a child subreaper, run ``cmds`` in order (``ray start --head``, then
+    ``ray start --address`` per further node), say ``ready``, then wait for every orphan handed here; on SIGTERM (sent by the benchmark, or by
     the kernel when the benchmark dies however it dies) stop everything below, then exit."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 or libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
@@ -89,7 +96,10 @@ def reap(cmd: list[str]) -> int:
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    start = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for cmd in cmds:
+        start = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if start.returncode:
+            break
     print("ready" if start.returncode == 0 else f"failed {start.returncode}\n{start.stdout}", flush=True)
     while not stopping:
         try:
@@ -115,30 +125,38 @@ def reap(cmd: list[str]) -> int:
 
 @dataclass
 class Head:
-    """A Ray head in the subtree of one reaper process (:func:`reap`), joined at ``address``."""
+    """A Ray head (and its further nodes) in the subtree of one reaper process (:func:`reap`), joined at ``address``."""
 
     reaper: subprocess.Popen
     address: str
-    temp_dir: str
+    temp_dirs: list[str]
     idle_rate: float = 0.0  # CPU-s per second the machine spends with the head idle (measured in start)
 
     @classmethod
-    def start(cls, cpus: int) -> tuple["Head", float, float]:
-        """Starts the head; returns it, its start-up wall seconds and CPU seconds (the machine's, until it settled)."""
-        temp_dir = tempfile.mkdtemp(prefix="prep-exb-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    def start(cls, cpus: int, nodes: int = 1) -> tuple["Head", float, float]:
+        """Starts the head and ``nodes - 1`` more nodes on this machine (``cpus`` shared out among them, as
+        ``tests/test_multinode.py`` does); returns it, its start-up wall seconds and CPU seconds (the
+        machine's, until it settled)."""
+        temp_dirs = [tempfile.mkdtemp(prefix="prep-exb-", dir="/tmp") for _ in range(nodes)]  # short: Ray's socket paths
+        temp_dir, per_node = temp_dirs[0], max(1, cpus // nodes)
         port = _free_port()
         auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
         scale.ENV.update(auth)  # every measured command joins with it (Ray 2.60 turns token auth on)
         env = dict(scale.ENV)
-        cmd = [str(scale.PREP.parent / "ray"), "start", "--head", f"--num-cpus={cpus}", f"--port={port}",
+        cmd = [str(scale.PREP.parent / "ray"), "start", "--head", f"--num-cpus={per_node}", f"--port={port}",
                f"--dashboard-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
                f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
                f"--metrics-export-port={_free_port()}", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}",
                "--disable-usage-stats"]
+        more = [[str(scale.PREP.parent / "ray"), "start", f"--address=127.0.0.1:{port}", f"--num-cpus={per_node}",
+                 f"--temp-dir={d}", f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
+                 f"--metrics-export-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
+                 f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
+                 "--disable-usage-stats"] for d in temp_dirs[1:]]
         t0, busy0 = time.perf_counter(), busy_cpu()
-        reaper = subprocess.Popen([sys.executable, __file__, "--_reap", json.dumps(cmd)], env=env, stdout=subprocess.PIPE, text=True,
-                                  start_new_session=True)  # a Ctrl-C reaches the benchmark, whose exit stops the head
-        head = cls(reaper, f"127.0.0.1:{port}", temp_dir)
+        reaper = subprocess.Popen([sys.executable, __file__, "--_reap", json.dumps([cmd, *more])], env=env, stdout=subprocess.PIPE,
+                                  text=True, start_new_session=True)  # a Ctrl-C reaches the benchmark, whose exit stops the head
+        head = cls(reaper, f"127.0.0.1:{port}", temp_dirs)
         said = reaper.stdout.readline() if reaper.stdout else ""
         if not said.startswith("ready"):
             head.stop()
@@ -188,7 +206,8 @@ class Head:
         """Stops every process of the head (:func:`reap` does it on SIGTERM)."""
         self.reaper.terminate()
         self.reaper.wait(timeout=60)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        for d in self.temp_dirs:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 _RAY_OWN = ("gcs_server", "raylet", "dashboard", "log_monitor", "monitor.py", "ray.util.client.server",
@@ -222,6 +241,62 @@ def own_cpu() -> float:
     return t.user + t.system
 
 
+# ----------------------------------------------------------------------------- the S3 endpoint
+@dataclass
+class S3Endpoint:
+    """A ``moto_server`` on 127.0.0.1 holding inputs and outputs (``--s3``), as in the tests; what it spends
+    is the object store's, not a job's: counted apart (it runs throughout, so exactly)."""
+
+    proc: subprocess.Popen
+    bucket: str
+
+    @classmethod
+    def start(cls) -> "S3Endpoint":
+        """Starts it and makes a bucket; its ``AWS_*`` variables go to every command and Ray node (set before the head)."""
+        port = _free_port()
+        proc = subprocess.Popen([str(scale.PREP.parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
+        scale.ENV.update(env)
+        os.environ.update(env)  # this process's checks and uploads
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    proc.kill()
+                    raise SystemExit("moto_server did not start")
+                time.sleep(0.2)
+        import boto3
+
+        bucket = f"prep-bench-{secrets.token_hex(4)}"
+        boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket=bucket)
+        return cls(proc, bucket)
+
+    def upload(self, local: str, name: str) -> str:
+        """Copies the folder ``local`` to ``s3://BUCKET/inputs/NAME``; returns that URI."""
+        import fsspec
+
+        fs = fsspec.filesystem("s3")
+        fs.put(local.rstrip("/") + "/", f"{self.bucket}/inputs/{name}/", recursive=True)
+        return f"s3://{self.bucket}/inputs/{name}"
+
+    @property
+    def root(self) -> str:
+        return f"s3://{self.bucket}/out"
+
+    def cpu(self) -> float:
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
 # ----------------------------------------------------------------------------- runs
 @dataclass
 class Run:
@@ -236,6 +311,7 @@ class Run:
     ray_workers_cpu_s: float = 0.0
     ray_daemons_cpu_s: float = 0.0
     other_cpu_s: float = 0.0  # local runs: what else the machine spent meanwhile (not counted)
+    store_cpu_s: float = 0.0  # the S3 endpoint meanwhile (``--s3``; not counted: a cluster's object store runs elsewhere)
 
     @property
     def cpu_s(self) -> float:
@@ -246,7 +322,8 @@ class Run:
         return self.command_cpu_s + self.ray_workers_cpu_s
 
 
-def run_once(stage: str, executor: str, head: Head, out: Path, text: dict, images: dict, facts: dict) -> Run:
+def run_once(stage: str, executor: str, head: Head, out: Path, text: dict, images: dict, facts: dict,
+             store: S3Endpoint | None = None) -> Run:
     """``stage`` on ``executor``, measured on both sides and checked (``scale.run_stage``).
 
     What the machine spent beyond the command and this process is Ray's (its workers, sandboxes
@@ -255,13 +332,21 @@ def run_once(stage: str, executor: str, head: Head, out: Path, text: dict, image
     """
     flags = ("--executor", "local") if executor == "local" else ("--executor", "ray", "--ray-address", head.address)
     daemons0, busy0, own0 = head.daemons_cpu(), busy_cpu(), own_cpu()
-    m, units, unit, _, _ = scale.run_stage(stage, out, text, images, facts, executor=flags, apart=head.reaper.pid)
-    head.settle()
-    daemons1, other = head.daemons_cpu(), busy_cpu() - busy0 - (own_cpu() - own0) - m.cpu_s
+    store0 = store.cpu() if store else 0.0
+    ended: dict = {}
+
+    def settled() -> None:  # before the checks: their processes (inspect, verify) are not the job's
+        head.settle()
+        ended.update(daemons=head.daemons_cpu(), busy=busy_cpu() - busy0 - (own_cpu() - own0),
+                     store=store.cpu() - store0 if store else 0.0)
+
+    m, units, unit, _, _ = scale.run_stage(stage, out, text, images, facts, executor=flags, apart=head.reaper.pid,
+                                           after=settled, store=store.root if store else None)
+    daemons1, other = ended["daemons"], ended["busy"] - m.cpu_s - ended["store"]
     if executor == "local":
-        return Run(stage, executor, units, unit, m.wall_s, m.cpu_s, other_cpu_s=other)
+        return Run(stage, executor, units, unit, m.wall_s, m.cpu_s, other_cpu_s=other, store_cpu_s=ended["store"])
     daemons = sum(cpu - daemons0.get(pid, 0.0) for pid, cpu in daemons1.items())
-    return Run(stage, executor, units, unit, m.wall_s, m.cpu_s, other - daemons, daemons)
+    return Run(stage, executor, units, unit, m.wall_s, m.cpu_s, other - daemons, daemons, store_cpu_s=ended["store"])
 
 
 def warm_up(head: Head, work: Path) -> dict:
@@ -284,7 +369,7 @@ def median_run(runs: list[Run]) -> Run:
 
     first = runs[0]
     return Run(first.stage, first.executor, first.units, first.unit, med("wall_s"), med("command_cpu_s"),
-               med("ray_workers_cpu_s"), med("ray_daemons_cpu_s"), med("other_cpu_s"))
+               med("ray_workers_cpu_s"), med("ray_daemons_cpu_s"), med("other_cpu_s"), med("store_cpu_s"))
 
 
 HEADER = (f"{'stage':<21} {'executor':<8} {'units':>14} {'wall s':>7} {'cmd CPU':>8} {'Ray wrk':>8} {'Ray dmn':>8} "
@@ -301,6 +386,8 @@ def format_pair(local: Run, ray: Run) -> str:
                     f" {(ray.units / ray.job_cpu_s) / (local.units / local.cpu_s):>6.2f} {ray.wall_s / local.wall_s:>7.2f}")
         if r is local:
             tail = f"   (the rest of the machine meanwhile: {local.other_cpu_s:.1f} CPU-s)"
+        if r.store_cpu_s:
+            tail += f"   (the S3 endpoint: {r.store_cpu_s:.1f} CPU-s, not counted)"
         lines.append(f"{r.stage:<21} {r.executor:<8} {r.units:>10,} {'tok' if r.unit == 'token' else 'img'} {r.wall_s:>7.1f} "
                      f"{r.command_cpu_s:>8.1f} {r.ray_workers_cpu_s:>8.1f} {r.ray_daemons_cpu_s:>8.1f} {rate:>12,.0f}{tail}")
     return "\n".join(lines)
@@ -310,7 +397,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--factor", type=float, default=1.0, help="size, times GSM8K x16 (scale.py's inputs; default 1)")
     ap.add_argument("--runs", type=int, default=2, help="runs per stage and executor, alternating (default 2)")
-    ap.add_argument("--cpus", type=int, default=os.cpu_count() or 1, help="the head's --num-cpus (default: this machine's)")
+    ap.add_argument("--cpus", type=int, default=os.cpu_count() or 1,
+                    help="the cluster's CPUs, shared out among its nodes (default: this machine's)")
+    ap.add_argument("--nodes", type=int, default=1, help="Ray nodes on this machine (default 1; 2: tests/test_multinode.py's set-up)")
+    ap.add_argument("--s3", action="store_true", help="inputs and outputs on a local S3 endpoint (moto_server), for both executors")
     ap.add_argument("--stages", default=",".join(STAGES), help=f"a subset of {','.join(STAGES)}")
     ap.add_argument("--work", default="/tmp/prep-bench-executors", help="inputs (cached) and outputs")
     ap.add_argument("--json", help="write every run to this file")
@@ -319,13 +409,18 @@ def main() -> int:
     if args._reap:
         return reap(json.loads(args._reap))
     wanted = [s.strip() for s in args.stages.split(",") if s.strip()]
-    if set(wanted) - set(STAGES) or args.runs < 1 or args.factor <= 0:
-        ap.error(f"--stages among {list(STAGES)}, --runs >= 1, --factor > 0")
+    if set(wanted) - set(STAGES) or args.runs < 1 or args.factor <= 0 or not 1 <= args.nodes <= args.cpus:
+        ap.error(f"--stages among {list(STAGES)}, --runs >= 1, --factor > 0, 1 <= --nodes <= --cpus")
     work = work_folder(args.work)
     measure._become_subreaper()  # before the head starts: nothing of the head is ever handed to this process
     text, images = scale.text_inputs(work, args.factor), scale.image_inputs(work, args.factor)
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; factor {args.factor:g}; work {work}", flush=True)
-    head, start_wall, start_cpu = Head.start(args.cpus)
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; factor {args.factor:g}; work {work}; "
+          f"{args.nodes} Ray node(s); data {'on a local S3 endpoint' if args.s3 else 'on local disk'}", flush=True)
+    store = S3Endpoint.start() if args.s3 else None  # before the head: its nodes inherit the endpoint's variables
+    if store:
+        text = {**text, **{fmt: store.upload(text[fmt], fmt) for fmt in ("pretrain", "sft")}}
+        images = {**images, "dir": store.upload(images["dir"], "images")}
+    head, start_wall, start_cpu = Head.start(args.cpus, args.nodes)
     runs: list[Run] = []
     try:
         idle0, t0 = head.daemons_cpu(), time.perf_counter()
@@ -342,12 +437,12 @@ def main() -> int:
         out.mkdir(parents=True)
         facts: dict = {}
         if any(s.startswith("shuffle-") for s in wanted) and "pretokenize-pretrain" not in wanted:
-            scale.run_stage("pretokenize-pretrain", out, text, images, facts)  # their input, not reported
+            scale.run_stage("pretokenize-pretrain", out, text, images, facts, store=store.root if store else None)  # their input
         print(HEADER, flush=True)
         for stage in [s for s in STAGES if s in wanted]:
             for _ in range(args.runs):
                 for executor in ("local", "ray"):
-                    runs.append(run_once(stage, executor, head, out, text, images, facts))
+                    runs.append(run_once(stage, executor, head, out, text, images, facts, store))
             local = median_run([r for r in runs if r.stage == stage and r.executor == "local"])
             ray = median_run([r for r in runs if r.stage == stage and r.executor == "ray"])
             if {r.units for r in runs if r.stage == stage} != {local.units}:
@@ -358,8 +453,11 @@ def main() -> int:
         return 1
     finally:
         head.stop()
+        if store:
+            store.stop()
     if args.json:
-        Path(args.json).write_text(json.dumps({"cpus": os.cpu_count(), "factor": args.factor, "ray_start_s": start_wall,
+        Path(args.json).write_text(json.dumps({"cpus": os.cpu_count(), "factor": args.factor, "nodes": args.nodes,
+                                               "s3": args.s3, "ray_start_s": start_wall,
                                                "ray_start_cpu_s": start_cpu, "idle_cpu_per_s": idle_rate,
                                                "idle_machine_cpu_per_s": head.idle_rate, "warm_up": warm,
                                                "runs": [asdict(r) for r in runs]}, indent=2))

@@ -88,7 +88,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
@@ -207,9 +207,10 @@ def prep_json(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def measured(cmd: list[str], what: str, apart: int | None = None) -> measure.Measured:
-    """``cmd`` measured (``apart``: :func:`measure.run`); a non-zero exit ends the run with its stderr."""
+def measured(cmd: list[str], what: str, apart: int | None = None, after: Callable[[], None] = lambda: None) -> measure.Measured:
+    """``cmd`` measured (``apart``: :func:`measure.run`), then ``after()``; a non-zero exit ends the run with its stderr."""
     m = measure.run(cmd, env=ENV, cwd=REPO, apart=apart)
+    after()
     if m.returncode:
         raise CheckFailed(f"{what}: {' '.join(cmd[:3])} ... exited {m.returncode}:\n{m.stderr.strip()[-3000:]}")
     if m.lingering:
@@ -225,7 +226,25 @@ def outputs(stage: str, out: Path) -> list[Path]:
             "shuffle-random": [out / "random"], "shuffle-clump64": [out / "clump64"], "read-epoch": []}[stage]
 
 
-def check_table(table: Path, input_rows: int, job_tokens: int | None) -> dict:
+def under(out: Path, store: str | None, name: str) -> str:
+    """Where a stage writes ``name``: in the work folder, or under ``store`` (an object store prefix,
+    ``benchmarks/executors.py --s3``)."""
+    return f"{store.rstrip('/')}/{name}" if store else str(out / name)
+
+
+def remove(path: str) -> None:
+    """Removes an output folder, local or in an object store (missing is fine)."""
+    if "://" not in path:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+def check_table(table: Path | str, input_rows: int, job_tokens: int | None) -> dict:
     """Table rows + rejects == input rows, and (text) the table's token count == the job's; the inspect report."""
     report = prep_json("inspect", str(table))
     rows, rejected = report["num_rows"], report["rejects"]["num_rows"]
@@ -236,7 +255,7 @@ def check_table(table: Path, input_rows: int, job_tokens: int | None) -> dict:
     return report
 
 
-def check_verify(output: Path, table_rows: int) -> None:
+def check_verify(output: Path | str, table_rows: int) -> None:
     """``prep verify`` exits 0, and the output selected every row of the table."""
     proc = subprocess.run([str(PREP), "verify", str(output), "-q"], capture_output=True, text=True, env=ENV)
     if proc.returncode:
@@ -250,36 +269,39 @@ LOCAL = ("--executor", "local")
 
 
 def run_stage(stage: str, out: Path, text: dict, images: dict, facts: dict, executor: Sequence[str] = LOCAL,
-              apart: int | None = None) -> tuple[measure.Measured, int, str, int, int]:
+              apart: int | None = None, after: Callable[[], None] = lambda: None,
+              store: str | None = None) -> tuple[measure.Measured, int, str, int, int]:
     """Runs ``stage`` measured and checks its output; ``facts`` carries what later checks need.
 
     ``executor``: the flags that say where a job runs (``benchmarks/executors.py`` passes a Ray
-    cluster's, and the Ray head's process as ``apart``). Returns: (measurement, units, unit,
-    output bytes, input bytes).
+    cluster's, and the Ray head's process as ``apart``); ``after()`` runs when the job has exited,
+    before the checks (which run processes of their own); ``store``: write the outputs there
+    (:func:`under`) instead of ``out``, which then holds only the configs. Returns: (measurement,
+    units, unit, output bytes (local outputs only), input bytes).
     """
     if stage.startswith("pretokenize-"):
         fmt = stage.removeprefix("pretokenize-")
         config = out / f"{fmt}.yaml"
-        config.write_text(json.dumps({"input": text[fmt], "output": str(out / f"{fmt}.lance"), "tokenizer": str(TOKENIZER),
+        config.write_text(json.dumps({"input": text[fmt], "output": under(out, store, f"{fmt}.lance"), "tokenizer": str(TOKENIZER),
                                       "format": fmt, "max_length": 512, "overlong": "truncate",
                                       **({"sft": {"layout": "messages"}} if fmt == "sft" else {})}))
-        m = measured([str(PREP), "pretokenize", "--config", str(config), *executor, "--overwrite", "--json", "-q"], stage, apart)
+        m = measured([str(PREP), "pretokenize", "--config", str(config), *executor, "--overwrite", "--json", "-q"], stage, apart, after)
         summary = json.loads(m.stdout)
-        report = check_table(out / f"{fmt}.lance", text["rows"], summary["tokens"])
+        report = check_table(under(out, store, f"{fmt}.lance"), text["rows"], summary["tokens"])
         facts[fmt] = {"rows": report["num_rows"], "tokens": report["tokens"]}
         return m, report["tokens"], "token", disk_bytes(*outputs(stage, out)), disk_bytes(text[fmt])
     if stage == "decode-images":
-        m = measured([str(PREP), "decode-images", "--input", images["dir"], "--output", str(out / "images.lance"),
-                      *executor, "--overwrite", "--json", "-q"], stage, apart)
-        check_table(out / "images.lance", images["images"], None)
+        m = measured([str(PREP), "decode-images", "--input", images["dir"], "--output", under(out, store, "images.lance"),
+                      *executor, "--overwrite", "--json", "-q"], stage, apart, after)
+        check_table(under(out, store, "images.lance"), images["images"], None)
         return m, images["images"], "image", disk_bytes(*outputs(stage, out)), disk_bytes(images["dir"])
-    table = out / "pretrain.lance"
+    table = under(out, store, "pretrain.lance")
     if stage.startswith("shuffle-"):
-        target = outputs(stage, out)[0]
+        target = under(out, store, outputs(stage, out)[0].name)
         clump = ["--clump", "64"] if stage == "shuffle-clump64" else []
-        shutil.rmtree(target, ignore_errors=True)  # a rerun of the same plan would find every split done
-        m = measured([str(PREP), "materialize-shuffle", "--table", str(table), "--output", str(target), "--epochs", "1",
-                      *clump, *executor, "--overwrite", "-q"], stage, apart)
+        remove(target)  # a rerun of the same plan would find every split done
+        m = measured([str(PREP), "materialize-shuffle", "--table", table, "--output", target, "--epochs", "1",
+                      *clump, *executor, "--overwrite", "-q"], stage, apart, after)
         check_verify(target, facts["pretrain"]["rows"])
         return m, facts["pretrain"]["tokens"], "token", disk_bytes(target), disk_bytes(table)
     m = measured([sys.executable, __file__, "--_read", str(out / "random")], stage)

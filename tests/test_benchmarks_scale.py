@@ -143,3 +143,25 @@ def test_measure_leaves_out_what_a_process_kept_apart_starts(apart, tmp_path) ->
         assert m["tree"] < 120 << 20 and m["lingering"] == []
     else:
         assert m["tree"] >= 200 << 20
+
+
+@pytest.mark.parametrize("stage", ["pretokenize-pretrain", "decode-images", "shuffle-random"])
+def test_a_stage_s_checks_run_after_the_job_is_accounted(stage, tmp_path, monkeypatch) -> None:
+    """``executors.py`` takes what the machine spent when ``after()`` runs; the checks' own processes
+    (``prep inspect``, ``prep verify``) come later, or their CPU would count as Ray's workers'."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import measure
+        import scale
+    finally:
+        sys.path.remove(str(BENCH))
+    events: list[str] = []
+    summary = json.dumps({"tokens": 7})
+    monkeypatch.setattr(measure, "run", lambda cmd, **kw: events.append("job") or measure.Measured(1.0, 1.0, 0, 0, 0, summary, ""))
+    monkeypatch.setattr(scale, "prep_json", lambda *a: events.append(f"check {a[0]}") or {
+        "num_rows": 3, "rejects": {"num_rows": 0}, "tokens": 7, "num_selected_rows": 3})
+    monkeypatch.setattr(scale.subprocess, "run", lambda cmd, **kw: events.append(f"check {cmd[1]}") or
+                        subprocess.CompletedProcess(cmd, 0, "", ""))
+    text, images, facts = {"pretrain": "in", "rows": 3}, {"dir": "in", "images": 3}, {"pretrain": {"rows": 3, "tokens": 7}}
+    scale.run_stage(stage, tmp_path, text, images, facts, after=lambda: events.append("after"))
+    assert events[:2] == ["job", "after"] and len(events) > 2 and all(e.startswith("check ") for e in events[2:]), events
