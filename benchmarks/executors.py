@@ -42,7 +42,8 @@ in its subtree (and out of the command's).
 Columns per stage and executor (medians over runs): wall s (process start to exit), CPU s of
 the command, of Ray's workers and of Ray's daemons, and units per CPU-second with everything
 counted. ``ray/local`` is Ray's units per CPU-second over local's (goal >= 0.8): ``all`` counts
-the daemons, ``job`` leaves them out.
+the daemons, ``job`` leaves them out; with several runs, the range of that ratio run by run
+follows (the same work's CPU moves by up to a quarter between runs on a shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -376,7 +377,14 @@ HEADER = (f"{'stage':<21} {'executor':<8} {'units':>14} {'wall s':>7} {'cmd CPU'
           f"{'units/CPU-s':>12} {'ray/local all':>13} {'job':>6} {'wall x':>7}")
 
 
-def format_pair(local: Run, ray: Run) -> str:
+def pair_ratios(runs: list[Run], stage: str) -> list[float]:
+    """Ray's units per CPU-second over local's, run by run (each Ray run beside the local run before it)."""
+    local = [r for r in runs if r.stage == stage and r.executor == "local"]
+    ray = [r for r in runs if r.stage == stage and r.executor == "ray"]
+    return [(b.units / b.cpu_s) / (a.units / a.cpu_s) for a, b in zip(local, ray)]
+
+
+def format_pair(local: Run, ray: Run, pairs: list[float] = ()) -> str:
     lines = []
     for r in (local, ray):
         rate = r.units / r.cpu_s
@@ -386,6 +394,8 @@ def format_pair(local: Run, ray: Run) -> str:
                     f" {(ray.units / ray.job_cpu_s) / (local.units / local.cpu_s):>6.2f} {ray.wall_s / local.wall_s:>7.2f}")
         if r is local:
             tail = f"   (the rest of the machine meanwhile: {local.other_cpu_s:.1f} CPU-s)"
+        if r is ray and len(pairs) > 1:
+            tail += f"   (pairs {min(pairs):.2f}-{max(pairs):.2f})"
         if r.store_cpu_s:
             tail += f"   (the S3 endpoint: {r.store_cpu_s:.1f} CPU-s, not counted)"
         lines.append(f"{r.stage:<21} {r.executor:<8} {r.units:>10,} {'tok' if r.unit == 'token' else 'img'} {r.wall_s:>7.1f} "
@@ -447,7 +457,7 @@ def main() -> int:
             ray = median_run([r for r in runs if r.stage == stage and r.executor == "ray"])
             if {r.units for r in runs if r.stage == stage} != {local.units}:
                 raise scale.CheckFailed(f"{stage}: the executors disagree on units: {sorted({r.units for r in runs if r.stage == stage})}")
-            print(format_pair(local, ray), flush=True)
+            print(format_pair(local, ray, pair_ratios(runs, stage)), flush=True)
     except scale.CheckFailed as exc:
         print(f"check failed: {exc}", file=sys.stderr)
         return 1
