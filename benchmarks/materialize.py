@@ -41,6 +41,9 @@ three tables of one tokenizer -- the GSM8K table above, Tiny Shakespeare's parag
 (so one epoch uses each row about once), against the concatenation of the three tables
 materialized as one table (the same output rows): ``mix-job`` / ``concat-job``
 (goal <= 1.1x) and the whole commands ``mix-cmd`` / ``concat-cmd``, by wall and by CPU time.
+Mixture and single-table runs alternate, and the ratio is also given pair by pair (median and
+range): the same work's CPU drifts by up to a quarter over minutes on a shared machine, and runs
+taken in blocks turned that drift into the ratio.
 """
 
 from __future__ import annotations
@@ -324,21 +327,28 @@ def mixture_rows(work: Path, gsm8k: Path, args: argparse.Namespace) -> None:
     mix_file, concat = build_mixture_tables(work, args.repeat, gsm8k)
     print(f"mixture: {mix_file} ({mix_file.read_text().count('table:')} tables), concatenation {concat} "
           f"({lance.dataset(str(concat)).count_rows():,} rows); load average before: {os.getloadavg()[0]:.1f}")
-    results = {}
-    for name in ("concat-job", "mix-job", "concat-cmd", "mix-cmd"):
-        source = mix_file if name.startswith("mix") else concat
-        runs = [fresh(name, source, work / "out", 1, args.splits) for _ in range(args.runs)]
-        results[name] = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "cpu_seconds")}
-        results[name]["runs_seconds"] = [round(r["seconds"], 3) for r in runs]
-        results[name]["runs_cpu_seconds"] = [round(r["cpu_seconds"], 3) for r in runs]
+    results: dict = {}
+    runs: dict[str, list[dict]] = {name: [] for name in ("concat-job", "mix-job", "concat-cmd", "mix-cmd")}
+    for kind in ("job", "cmd"):
+        for _ in range(args.runs):  # alternating: the machine's speed drifts over minutes, a pair shares it
+            for name in (f"concat-{kind}", f"mix-{kind}"):
+                runs[name].append(fresh(name, mix_file if name.startswith("mix") else concat, work / "out", 1, args.splits))
+    for name, done in runs.items():
+        results[name] = {k: statistics.median(r[k] for r in done) for k in ("seconds", "cpu_seconds")}
+        results[name]["runs_seconds"] = [round(r["seconds"], 3) for r in done]
+        results[name]["runs_cpu_seconds"] = [round(r["cpu_seconds"], 3) for r in done]
     shutil.rmtree(work / "out", ignore_errors=True)
-    print(f"{'row':22s} {'wall s':>7s} {'CPU s':>7s}  (median of {args.runs}, each in a fresh process)")
+    print(f"{'row':22s} {'wall s':>7s} {'CPU s':>7s}  (median of {args.runs}, each in a fresh process, "
+          "mixture and single table alternating)")
     for name, r in results.items():
         note = ""
         if name.startswith("mix"):
             base = results[name.replace("mix", "concat")]
+            pairs = [m["cpu_seconds"] / c["cpu_seconds"] for m, c in zip(runs[name], runs[name.replace("mix", "concat")])]
+            r["pair_cpu_ratios"] = [round(x, 3) for x in pairs]
             note = (f"mixture/single: {r['seconds'] / base['seconds']:.2f}x wall, "
-                    f"{r['cpu_seconds'] / base['cpu_seconds']:.2f}x CPU (goal <= 1.1)")
+                    f"{r['cpu_seconds'] / base['cpu_seconds']:.2f}x CPU (goal <= 1.1); pair by pair "
+                    f"{statistics.median(pairs):.2f}x CPU (median; {min(pairs):.2f}-{max(pairs):.2f})")
         print(f"{name:22s} {r['seconds']:7.2f} {r['cpu_seconds']:7.2f}  {note}")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.json:
