@@ -6,7 +6,9 @@ import glob
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Iterator
 
 import lance
 import numpy as np
@@ -92,6 +94,39 @@ def test_ray_executor_runs_one_holder_per_node_each_on_the_node_s_cpus(synthetic
     held = materialize_shuffle(output=str(tmp_path / "held"), executor="ray", **kw)
     assert seen == [(["splits 0..1", "splits 2..3", "splits 4..4"], 1)]
     _same_output(str(tmp_path / "whole"), str(tmp_path / "held"), whole, held)
+
+
+def _two_splits(marker: str, executor) -> Iterator[str]:
+    """A holder that writes its second split only once the driver has counted its first."""
+    yield "first"
+    deadline = time.monotonic() + 60  # a deadlock guard, not a timing: without streaming the driver never counts
+    while not os.path.exists(marker):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the driver had not counted the first split")
+        time.sleep(0.05)
+    yield "second"
+
+
+def test_a_ray_holder_streams_each_split_to_the_driver_as_it_is_written(tmp_path, ray_local):
+    """The progress bar advances split by split on Ray too, not once per holder."""
+    from ray import cloudpickle
+
+    from prep.materialize.on_ray import RayExecutor
+    from prep.materialize.resolved import Call
+
+    marker, counted = tmp_path / "counted", []
+
+    def on_done() -> None:
+        counted.append(1)
+        marker.touch()
+
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)  # Ray's workers do not have tests/ on their path
+    try:
+        out = RayExecutor(None, None).run_holders([Call("a holder", _two_splits, (str(marker),))], on_done)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+    assert out == ["first", "second"] and counted == [1, 1]
 
 
 def test_the_cli_without_a_cluster_runs_in_process_without_ray_or_torch(synthetic, tmp_path):

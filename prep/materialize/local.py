@@ -14,8 +14,8 @@ Outputs are identical.
 from __future__ import annotations
 
 import os
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from typing import Any, Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, as_completed, wait
+from typing import Any, Callable, Iterator, Sequence
 
 from prep.materialize.resolved import Call, run_task
 
@@ -62,10 +62,31 @@ class LocalExecutor:
             raise failed[0].exception()
         return [f.result() for f in futures]
 
-    def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
-        """Holder calls (``fn(*args, executor, on_done)``: hold rows, then run their split calls on
-        ``executor``), one after another in this process, on this executor's threads; their results, concatenated.
+    def as_done(self, calls: Sequence[Call]) -> Iterator:
+        """The calls' results as each finishes (any order); the first error is raised as soon as it happens,
+        and the calls not started are dropped.
 
-        A holder names where its own errors happen (``run_task`` and :meth:`run` inside it).
+        Raises:
+            PrepError: the first call that failed, naming its ``where``.
         """
-        return [record for c in calls for record in c.fn(*c.args, self, on_done)]
+        futures = [self._pool.submit(run_task, c.fn, c.where, *c.args) for c in calls]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
+        """Holder calls (``fn(*args, executor)``: hold rows, then yield their split calls' results from
+        :meth:`as_done` on ``executor``), one after another in this process, on this executor's threads;
+        their results, concatenated (``on_done`` after each).
+
+        A holder names where its own errors happen (``run_task`` and :meth:`as_done` inside it).
+        """
+        return [_counted(record, on_done) for c in calls for record in c.fn(*c.args, self)]
+
+
+def _counted(result: Any, on_done: Callable[[], None]) -> Any:
+    on_done()
+    return result

@@ -27,7 +27,7 @@ import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +46,9 @@ from prep.materialize.run import materialize
 from prep.materialize.write import write_split_dataset
 from prep.plan import mixture as mixplan
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
+
+if TYPE_CHECKING:
+    from prep.materialize.local import LocalExecutor
 
 __all__ = ["materialize_mixture", "MixtureRun", "ResolvedMixture", "epoch_plan", "check_plannable", "PLAN_BYTES_PER_ROW"]
 
@@ -231,12 +234,12 @@ def _hold(job: ResolvedMixture) -> tuple[Held, np.ndarray]:
 
 
 def _write_held(job: ResolvedMixture, pairs: Sequence[tuple[int, int, np.ndarray, np.ndarray]],
-                executor: TaskExecutor, on_done: Callable[[], None]) -> list[DoneRecord]:
+                executor: LocalExecutor) -> Iterator[DoneRecord]:
     """A holder: every selected row of every source, one scan each, then ``pairs`` (epoch, split and its
-    rows' sources and rows) written from them on ``executor``'s threads."""
+    rows' sources and rows) written from them on ``executor``'s threads, each record as its split is done."""
     held = run_task(_hold, "reading the mixture's sources", job)
-    return executor.run([Call(f"epoch {e} split {s}", _write_split, (job, e, s, src, row, held)) for e, s, src, row in pairs],
-                        on_done)
+    yield from executor.as_done([Call(f"epoch {e} split {s}", _write_split, (job, e, s, src, row, held))
+                                 for e, s, src, row in pairs])
 
 
 def _taken(job: ResolvedMixture, src: np.ndarray, row: np.ndarray) -> pa.Table:

@@ -2,10 +2,11 @@
 
 Chosen when there is a cluster to use (:func:`prep.runtime.ray_cluster.use_ray`).
 It takes the same calls as the local executor (:class:`prep.materialize.local.LocalExecutor`).
-A holder call (:meth:`RayExecutor.run_holders`) is one Ray task that takes a node's
-CPUs and runs the local executor there: it holds its group's rows in the worker's
-memory and writes its splits on that node's threads, so a run on Ray does what a
-local run does, with one holder per node at least. Shared values go to the object
+A holder call (:meth:`RayExecutor.run_holders`) is one Ray generator task that takes
+a node's CPUs and runs the local executor there: it holds its group's rows in the
+worker's memory and writes its splits on that node's threads, streaming each split's
+result to the driver as it is written, so a run on Ray does what a local run does,
+with one holder per node at least. Shared values go to the object
 store (:meth:`RayExecutor.put`); rows too many for a few holders go through the
 gather pass (:mod:`prep.materialize.gather`, map tasks through :meth:`RayExecutor.scatter`).
 A task's error cancels the others and is re-raised in the driver as one line naming
@@ -14,7 +15,7 @@ where it happened.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import ray
@@ -36,12 +37,13 @@ def _released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
         pa.default_memory_pool().release_unused()
 
 
-def _holder(fn: Callable[..., Any], threads: int, *args: Any) -> list:
-    """A holder call on one node: ``fn(*args, executor, on_done)`` with a local executor of ``threads`` threads."""
+def _holder(fn: Callable[..., Iterator], threads: int, *args: Any) -> Iterator:
+    """A holder call on one node, as a Ray generator task: ``fn(*args, executor)`` with a local executor of
+    ``threads`` threads, each result streamed to the driver as its split is written (the progress bar)."""
     use_worker_env()
     try:
         with local.LocalExecutor(threads) as threads_here:
-            return fn(*args, threads_here, lambda: None)
+            yield from fn(*args, threads_here)
     finally:
         pa.default_memory_pool().release_unused()
 
@@ -101,27 +103,28 @@ class RayExecutor:
         return _collect([self._remote.remote(c.fn, c.where, *c.args) for c in calls], on_done)
 
     def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
-        """Holder calls (``fn(*args, executor, on_done)``), each a Ray task running a local executor on one node;
-        their results, concatenated (``on_done`` once per result, as each holder finishes).
+        """Holder calls (``fn(*args, executor)``, yielding results), each a Ray generator task running a local
+        executor on one node; their results, concatenated (``on_done`` as each arrives).
 
         Raises:
             PrepError: the first holder that failed, as it names its error.
         """
-        refs = [self._holder.remote(c.fn, self._threads, *c.args) for c in calls]
-        return [record for records in _collect(refs, on_done, units=len) for record in records]
+        streams = [self._holder.options(num_returns="streaming").remote(c.fn, self._threads, *c.args) for c in calls]
+        return _collect(streams, on_done, streamed=True)
 
 
-def _counted(result: Any, on_done: Callable[[], None], units: Callable[[Any], int]) -> Any:
-    for _ in range(units(result)):
-        on_done()
+def _counted(result: Any, on_done: Callable[[], None]) -> Any:
+    on_done()
     return result
 
 
-def _collect(refs: list, on_done: Callable[[], None] = lambda: None, units: Callable[[Any], int] = lambda _: 1) -> list:
-    """The tasks' results in order (``on_done`` ``units(result)`` times as each arrives); the first failure
-    cancels the rest and is raised as one line."""
+def _collect(refs: list, on_done: Callable[[], None] = lambda: None, streamed: bool = False) -> list:
+    """The tasks' results in order (``on_done`` as each arrives; ``streamed``: each ref is a generator task's
+    stream, its results concatenated); the first failure cancels the rest and is raised as one line."""
     try:
-        return [_counted(ray.get(ref), on_done, units) for ref in refs]
+        if streamed:
+            return [_counted(ray.get(item), on_done) for stream in refs for item in stream]
+        return [_counted(ray.get(ref), on_done) for ref in refs]
     except ray.exceptions.RayTaskError as exc:
         for ref in refs:
             ray.cancel(ref)

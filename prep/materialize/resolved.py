@@ -86,8 +86,9 @@ class TaskExecutor(Protocol):
         """The calls' results in order; the first failure is raised as one line naming its ``where``."""
 
     def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = ...) -> list:
-        """Holder calls, ``fn(*args, executor, on_done)``: each holds a group's rows in memory and runs its
-        split calls on ``executor``, threads beside those rows; their results, concatenated."""
+        """Holder calls, ``fn(*args, executor)``: each holds a group's rows in memory and yields its split
+        calls' results from ``executor.as_done`` (threads beside those rows); their results, concatenated,
+        ``on_done`` as each arrives."""
 
 
 def resolved_for_manifest(manifest: Manifest, path: str, s3: storage.S3Options | None = None,

@@ -22,7 +22,7 @@ import logging
 import os
 import uuid
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from prep.materialize.run import materialize
 from prep.materialize.rows import bytes_per_row, hash_keys_for, selection_fingerprint, write_selection
 from prep.materialize.write import write_split
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
+
+if TYPE_CHECKING:
+    from prep.materialize.local import LocalExecutor
 
 __all__ = ["materialize_shuffle", "TableRun", "hold_groups"]
 
@@ -65,11 +68,11 @@ def hold_groups(num_splits: int, total_bytes: int, hold_bytes: int, at_least: in
 
 
 def _write_group(job: ResolvedTable, group: range, pairs: Sequence[tuple[int, int]], keys: np.ndarray | None,
-                 chunk_rows: int, executor: TaskExecutor, on_done: Callable[[], None]) -> list[DoneRecord]:
+                 chunk_rows: int, executor: LocalExecutor) -> Iterator[DoneRecord]:
     """A holder: the rows of the splits in ``group``, read in one sequential pass, then its (epoch, split)
-    ``pairs`` written from them on ``executor``'s threads."""
+    ``pairs`` written from them on ``executor``'s threads, each record as its split is done."""
     held = run_task(hold_splits, f"reading the rows of splits {group.start}..{group.stop - 1}", job, group, keys, chunk_rows)
-    return executor.run([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys, held)) for e, s in pairs], on_done)
+    yield from executor.as_done([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys, held)) for e, s in pairs])
 
 
 class TableRun:
