@@ -129,6 +129,36 @@ def test_a_ray_holder_streams_each_split_to_the_driver_as_it_is_written(tmp_path
     assert out == ["first", "second"] and counted == [1, 1]
 
 
+def _after(marker: str, name: str, executor) -> Iterator[str]:
+    """A holder that writes its split only once the driver has counted a split (``marker``; none: at once)."""
+    deadline = time.monotonic() + 60  # a deadlock guard, not a timing
+    while marker and not os.path.exists(marker):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the driver had not counted the other holder's split")
+        time.sleep(0.05)
+    yield name
+
+
+def test_ray_holders_on_two_nodes_are_counted_as_their_splits_are_written_whichever_comes_first(tmp_path, monkeypatch,
+                                                                                                ray_local):
+    """The first holder waits for the second holder's split to be counted: read in order, this never ends."""
+    from ray import cloudpickle
+
+    from prep.materialize import on_ray
+    from prep.materialize.resolved import Call
+
+    monkeypatch.setattr(on_ray, "_nodes_cpus", lambda resources: [1, 1])  # two nodes of one CPU: both holders run at once
+    marker = tmp_path / "counted"
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        out = on_ray.RayExecutor(None, None).run_holders(
+            [Call("waits", _after, (str(marker), "waited")), Call("at once", _after, ("", "at once"))], marker.touch)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+    assert out == ["at once", "waited"]
+
+
 def test_the_cli_without_a_cluster_runs_in_process_without_ray_or_torch(synthetic, tmp_path):
     out = tmp_path / "out"
     code = (

@@ -84,9 +84,9 @@ class LocalExecutor:
 
         A holder names where its own errors happen (``run_task`` and :meth:`as_done` inside it).
         """
-        return [_counted(record, on_done) for c in calls for record in c.fn(*c.args, self)]
-
-
-def _counted(result: Any, on_done: Callable[[], None]) -> Any:
-    on_done()
-    return result
+        records = []
+        for c in calls:
+            for record in c.fn(*c.args, self):
+                records.append(record)
+                on_done()
+        return records

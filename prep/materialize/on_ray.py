@@ -104,13 +104,29 @@ class RayExecutor:
 
     def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
         """Holder calls (``fn(*args, executor)``, yielding results), each a Ray generator task running a local
-        executor on one node; their results, concatenated (``on_done`` as each arrives).
+        executor on one node; their results, in the order they arrive (``on_done`` as each does).
 
         Raises:
             PrepError: the first holder that failed, as it names its error.
         """
         streams = [self._holder.options(num_returns="streaming").remote(c.fn, self._threads, *c.args) for c in calls]
         return _collect(streams, on_done, streamed=True)
+
+
+def _drain(streams: list, on_done: Callable[[], None]) -> list:
+    """Every result of the generator tasks' ``streams``, taken from whichever stream has one ready (so
+    one node's progress and failures are seen while another's holder still runs)."""
+    results, pending = [], list(streams)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        for stream in ready:
+            try:
+                ref = next(stream)
+            except StopIteration:
+                continue
+            results.append(_counted(ray.get(ref), on_done))
+            pending.append(stream)
+    return results
 
 
 def _counted(result: Any, on_done: Callable[[], None]) -> Any:
@@ -120,10 +136,10 @@ def _counted(result: Any, on_done: Callable[[], None]) -> Any:
 
 def _collect(refs: list, on_done: Callable[[], None] = lambda: None, streamed: bool = False) -> list:
     """The tasks' results in order (``on_done`` as each arrives; ``streamed``: each ref is a generator task's
-    stream, its results concatenated); the first failure cancels the rest and is raised as one line."""
+    stream, and the results come as they are ready); the first failure cancels the rest and is raised as one line."""
     try:
         if streamed:
-            return [_counted(ray.get(item), on_done) for stream in refs for item in stream]
+            return _drain(refs, on_done)
         return [_counted(ray.get(ref), on_done) for ref in refs]
     except ray.exceptions.RayTaskError as exc:
         for ref in refs:

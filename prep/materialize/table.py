@@ -134,13 +134,11 @@ class TableRun:
     def write(self, job: ResolvedTable, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
               on_done: Callable[[], None]) -> list[DoneRecord]:
         """Writes the (epoch, split) pairs in ``todo`` (module docstring: where their rows come from)."""
-        keys = hash_keys_for(job, self.source) if job.plan.strategy == "hash" else None
+        keys = executor.put(hash_keys_for(job, self.source) if job.plan.strategy == "hash" else None)
         row_bytes = bytes_per_row(job, self.source)
         total = row_bytes * job.num_selected
         if total > executor.hold_bytes and not reads_scattered(job.plan):  # large clumps: takes are nearly scans
-            keys = executor.put(keys)
             return executor.run([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys)) for e, s in todo], on_done)
-        keys = executor.put(keys)
         if executor.gathers and len(hold_groups(job.plan.num_splits, total, executor.hold_bytes)) > GATHER_FROM_GROUPS:
             pieces = gather_pieces(job, self.source, executor, keys)
             calls = [Call(f"epoch {e} split {s}", write_gathered, (job, e, s, keys, *[c[s] for c in pieces])) for e, s in todo]
