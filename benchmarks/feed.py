@@ -12,6 +12,8 @@ in a fresh process; reported per case:
     ramp ms   what the ``--ramp`` steps after the first waited in all (the pipeline filling up)
     wait %    waiting over all step time, for the steps after those
     p99 ms    the 99th percentile of one step's wait there (max ms: the longest)
+    here      with workers: the batches read in the trainer's process while they started (``Loader``
+              reads the first steps itself and hands over to them, :mod:`prep.reader.handoff`)
 
 Profiles (the issue's rates; text rows are GSM8K x16 pretrain rows of <= 512 tokens, 193 on average):
 
@@ -54,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reader import PREP, SHARED, SPLITS, build, materialize
+from reader import PREP, SHARED, SPLITS, build
 
 IMAGE_BYTES = 224 * 224 * 3
 
@@ -146,7 +148,7 @@ def run_case(profile: Profile, loader: str, source: str, workers: int, work: Pat
         started = time.perf_counter()
         batches, available = open_batches(profile, loader, source, workers, work, scratch)
         hold_gil(setup - (time.perf_counter() - started))
-        next(batches)
+        here = next(batches).stats is None  # built in this process (a worker's batch carries its counters)
         first = max(0.0, time.perf_counter() - started - setup)
         waits, rows = [], 0
         for _ in range(min(ramp + steps, available - 1)):
@@ -156,11 +158,13 @@ def run_case(profile: Profile, loader: str, source: str, workers: int, work: Pat
             batch = next(batches)
             waits.append(time.perf_counter() - t)
             rows += batch.num_rows
+            here += batch.stats is None
         del batches
     w = np.array(waits[ramp:])
     return {"first_s": first, "ramp_ms": sum(waits[:ramp]) * 1e3, "steps": len(w),
             "wait_share": float(w.sum() / (w.sum() + len(w) * profile.step_s)),
-            "p99_ms": float(np.percentile(w, 99) * 1e3), "max_ms": float(w.max() * 1e3), "rows": rows}
+            "p99_ms": float(np.percentile(w, 99) * 1e3), "max_ms": float(w.max() * 1e3), "rows": rows,
+            "here": int(here) if workers else None}
 
 
 # ----------------------------------------------------------------------------- driver
@@ -202,7 +206,7 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs; {args.steps} steps timed after the first {1 + args.ramp}; the step holds the GIL "
           f"{args.gil:.0%} of its time; {args.setup:g} s of trainer setup before the first batch", flush=True)
     print(f"{'profile':<9} {'loader':<7} {'source':<6} {'workers':>7} {'first s':>8} {'ramp ms':>8} {'wait %':>7} "
-          f"{'p99 ms':>7} {'max ms':>7}  load", flush=True)
+          f"{'p99 ms':>7} {'max ms':>7} {'here':>5}  load", flush=True)
     for name in profiles:
         for source in args.sources.split(","):
             for loader in args.loaders.split(","):
@@ -211,7 +215,8 @@ def main() -> None:
                         continue  # the same Loader(num_workers=0) as the loader case
                     r = measure(f"{name}:{loader}:{source}:{workers}", args)
                     print(f"{name:<9} {loader:<7} {source:<6} {workers:>7} {r['first_s']:8.2f} {r['ramp_ms']:8.1f} "
-                          f"{r['wait_share'] * 100:7.2f} {r['p99_ms']:7.1f} {r['max_ms']:7.1f}  "
+                          f"{r['wait_share'] * 100:7.2f} {r['p99_ms']:7.1f} {r['max_ms']:7.1f} "
+                          f"{'-' if r['here'] is None else r['here']:>5}  "
                           f"{os.getloadavg()[0]:.1f}", flush=True)
 
 

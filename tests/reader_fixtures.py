@@ -135,6 +135,8 @@ def cached_output(kind: str = "sft48") -> tuple[str, Manifest]:
             manifest = sft_output(out, num_rows=40, num_splits=4, epochs=1)
         elif kind == "sft4x2":  # 4 splits of 3 rows, 2 epochs: G=4 -> 3 steps an epoch (the trainer examples)
             manifest = sft_output(out, num_rows=12, num_splits=4, epochs=2)
+        elif kind == "sft4-long":  # 4 splits of 1,000 rows, 2 epochs: G=4 -> 1,000 steps an epoch
+            manifest = sft_output(out, num_rows=4000, num_splits=4, epochs=2)
         elif kind == "sft4-seed1":  # the same rows under another plan
             manifest = sft_output(out, num_rows=40, num_splits=4, epochs=1, seed=1)
         else:

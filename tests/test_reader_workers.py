@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -47,10 +48,10 @@ def consume(loader, stop=None):
 def test_resume_with_worker_processes_matches_uninterrupted_run(out48, num_workers, stops):
     path, reference, _ = out48
     for stop in stops:  # 6: epoch boundary, 3: inside an epoch, 12: the last batch
-        loader = Loader(ReaderDataset(path, global_batch_size=G), num_workers=num_workers)
+        loader = Loader(ReaderDataset(path, global_batch_size=G), num_workers=num_workers, start_in_process=False)
         first = consume(loader, stop)
         state = loader.state_dict()  # workers have prefetched past `stop`; the state must not have
-        again = Loader(ReaderDataset(path, global_batch_size=G), num_workers=num_workers)
+        again = Loader(ReaderDataset(path, global_batch_size=G), num_workers=num_workers, start_in_process=False)
         again.load_state_dict(state)
         rest = consume(again)
         assert [(e, t) for e, t, _ in first + rest] == [(e, t) for e, t, _ in reference], f"stop={stop}"
@@ -101,7 +102,7 @@ def test_batches_held_across_a_whole_read_never_change_while_workers_reuse_their
 def test_batches_held_through_loader_with_two_workers_equal_an_in_process_read(out48):
     path, _, _ = out48
     want = list(ReaderDataset(path, global_batch_size=48))
-    held = list(Loader(ReaderDataset(path, global_batch_size=48), num_workers=2))
+    held = list(Loader(ReaderDataset(path, global_batch_size=48), num_workers=2, start_in_process=False))
     assert len(held) == len(want) == 24
     for got, ref in zip(held, want):
         np.testing.assert_array_equal(got.ids, ref.ids)
@@ -110,19 +111,24 @@ def test_batches_held_through_loader_with_two_workers_equal_an_in_process_read(o
 
 TRAINER = r"""
 import sys, time
+import psutil
 from prep.reader import Loader, ReaderDataset
 
 if __name__ == "__main__":
     path, how = sys.argv[1], sys.argv[2]
     ds = ReaderDataset(path, global_batch_size=48)
     if how == "loader":
+        loader = Loader(ds, num_workers=2, prefetch_factor=1, start_in_process=False)
+    elif how == "handoff":
         loader = Loader(ds, num_workers=2, prefetch_factor=1)
     else:
         from prep.integrations.torchdata import stateful_loader
         loader = stateful_loader(ds, num_workers=2, prefetch_factor=1)
     it = iter(loader)
     next(it)
-    print("training", flush=True)  # the workers have built ahead and wait for the consumer
+    while how == "handoff" and sum(len(p.children()) for p in psutil.Process().children()) < 2:
+        time.sleep(0.1)  # the workers are forked; asked for nothing more, they wait for the handoff step
+    print("training", flush=True)  # the workers have built ahead (or wait to take over) and wait for the consumer
     time.sleep(600)
 """
 
@@ -165,14 +171,15 @@ def _shm_in_use(pids) -> set[str]:
 def test_trainers_killed_by_sigkill_leave_no_worker_forkserver_tracker_or_shared_memory(out48):
     """Issue 21 #17: the workers, the forkserver and the resource tracker were still alive 75 s after the kill.
 
-    Two trainers at once, each in its own process group: one through Loader (workers ship batches in shared
-    buffers), one through torchdata's StatefulDataLoader (workers run the dataset as it is).
+    Three trainers at once, each in its own process group: two through Loader (workers ship batches in shared
+    buffers; or, the default, they wait to take over from the trainer's own reads), one through torchdata's
+    StatefulDataLoader (workers run the dataset as it is).
     """
     path, _, _ = out48
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     trainers = {how: subprocess.Popen([sys.executable, "-c", TRAINER, path, how], stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-                for how in ("loader", "stateful_loader")}
+                for how in ("loader", "handoff", "stateful_loader")}
     try:
         shm = set()
         for how, trainer in trainers.items():
@@ -218,3 +225,81 @@ def test_a_loader_with_workers_starts_preloaded_forkserver_when_built_before_any
     )
     out = subprocess.run([sys.executable, "-c", code, out48[0]], capture_output=True, text=True, timeout=120)
     assert out.stdout.startswith("forkserver "), out.stdout + out.stderr[-2000:]
+
+
+def test_a_loader_s_first_batches_come_from_this_process_while_its_workers_start():
+    """Workers start from a forkserver that imports torch (seconds); the first batch must not wait for it.
+
+    The trainer takes a step every 30 ms until workers deliver: the first steps are read in this
+    process, the workers take over at the step the loader names, and the whole read, every state
+    included, is the one an in-process read gives.
+    """
+    path, _ = rf.cached_output("sft4-long")
+    want = list(ReaderDataset(path, global_batch_size=4))
+    loader = Loader(ReaderDataset(path, global_batch_size=4), num_workers=2)
+    got, states = [], []
+    for batch in loader:
+        got.append(batch)
+        states.append(loader.state_dict())
+        if loader.handoff is None:
+            time.sleep(0.03)
+    built_here = [b.stats is None for b in got]
+    handoff = built_here.index(False)
+    assert handoff > 0 and not any(built_here[handoff:]), "in process first, then workers only"
+    assert (got[handoff].epoch, got[handoff].step) == loader.handoff
+    assert {b.worker for b in got[handoff:]} == {0, 1}
+    assert [(b.epoch, b.step) for b in got] == [(b.epoch, b.step) for b in want]
+    for b, ref in zip(got, want):
+        np.testing.assert_array_equal(b.ids, ref.ids)
+        assert b.keys() == ref.keys() and all(torch.equal(b[k], ref[k]) for k in ref), (b.epoch, b.step)
+    stats = loader.stats()
+    assert stats.consumed_batches == len(want) and stats.consumed_rows == 4 * len(want)
+    assert stats.rows_read >= stats.consumed_rows  # this process's reads and the workers' both counted
+    resumed = Loader(ReaderDataset(path, global_batch_size=4))  # a state taken after a worker's batch
+    resumed.load_state_dict(states[handoff + 2])
+    assert [(b.epoch, b.step) for b in resumed][:3] == [(b.epoch, b.step) for b in want[handoff + 3:handoff + 6]]
+
+
+class _FailsInAWorker:
+    """A transform that cannot be unpickled in another process: a worker given it fails to start."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+
+    def __call__(self, batch):
+        return dict(batch)
+
+    def __setstate__(self, state: dict) -> None:
+        if state["pid"] != os.getpid():
+            raise RuntimeError("this transform cannot be unpickled in a worker")
+        self.__dict__.update(state)
+
+
+def test_a_worker_that_fails_to_start_fails_the_read_its_loader_began_in_process():
+    """The workers start in a thread while this process reads: their failure must still reach the trainer."""
+    path, _ = rf.cached_output("sft4-long")
+    loader = Loader(ReaderDataset(path, global_batch_size=4, transform=_FailsInAWorker()), num_workers=1)
+    read = 0
+    with pytest.raises(RuntimeError, match="exited unexpectedly"):
+        for _ in loader:
+            read += 1
+            time.sleep(0.03)
+    assert 0 < read < len(loader), "read in process first, failed before the end"
+    assert loader.handoff is None
+
+
+def test_a_loader_closed_before_its_workers_are_up_leaves_no_worker_running():
+    path, _ = rf.cached_output("sft4-long")
+    loader = Loader(ReaderDataset(path, global_batch_size=4), num_workers=2)
+    it = iter(loader)
+    first = next(it)
+    assert first.stats is None and loader.handoff is None
+    it.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = [w for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())
+                   for w in p.children()]  # under forkserver, workers are the server's children
+        if not workers:
+            break
+        time.sleep(0.2)
+    assert not workers, [p.cmdline() for p in workers]

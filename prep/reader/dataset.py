@@ -181,6 +181,11 @@ class ReaderDataset(IterableDataset):
             position = self.schedule.position(max(0, self.schedule.index(*position) - info.id))
         self._pending, self._own = position, None
 
+    def start_at(self, index: int) -> None:
+        """The next ``iter()`` starts at global step ``index`` in every process: in DataLoader worker ``k``
+        of ``K``, ``index + k, index + k + K, ...`` (how :class:`~prep.reader.Loader`'s workers take over)."""
+        self._pending, self._own = self.schedule.position(index), None
+
     @property
     def dropped_rows(self) -> int:
         """Rows beyond each epoch's last full step (not delivered) in the splits this rank answers for,

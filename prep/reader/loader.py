@@ -22,6 +22,7 @@ from prep.reader import state as st
 from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
+from prep.reader.handoff import Handoff, Starting, handed_off
 from prep.reader.shipping import Receiver, WorkerShipments, in_step_order
 from prep.reader.spec import TEXT_KINDS
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
@@ -71,6 +72,9 @@ class Loader:
         device: move batches there, one batch ahead on a side CUDA stream (default: leave on host).
         prefetch_factor: shipments (a few steps each, :mod:`prep.reader.shipping`) each worker builds ahead (default 2).
         multiprocessing_context: for workers (default ``forkserver``: Lance is not fork-safe).
+        start_in_process: with workers, read the first steps in this process while they start (their
+            forkserver imports torch: seconds), and hand over to them at a step named once all are up
+            (:mod:`prep.reader.handoff`; :attr:`handoff`). False: every step comes from the workers.
         epoch_per_iter: each ``iter()`` yields the rest of one epoch, so a trainer that counts epochs
             itself (HF Trainer, Lightning) numbers them as the reader does; ``len()`` is then the steps
             of an epoch (the longest, when epochs differ by a step) instead of all epochs'.
@@ -85,10 +89,11 @@ class Loader:
     """
 
     def __init__(self, dataset: ReaderDataset, *, num_workers: int = 0, device: torch.device | str | None = None,
-                 prefetch_factor: int = 2, multiprocessing_context: Any = None, epoch_per_iter: bool = False) -> None:
+                 prefetch_factor: int = 2, multiprocessing_context: Any = None, epoch_per_iter: bool = False,
+                 start_in_process: bool = True) -> None:
         require_steps(dataset)
         self.dataset, self.num_workers, self.device = dataset, num_workers, device
-        self.epoch_per_iter = epoch_per_iter
+        self.epoch_per_iter, self.start_in_process = epoch_per_iter, start_in_process
         self._prefetch_factor = prefetch_factor
         # Workers' start method, chosen (and prep's forkserver started) now: see worker_context.
         self._context = multiprocessing_context if multiprocessing_context is not None or not num_workers \
@@ -97,6 +102,8 @@ class Loader:
         self._workers: dict[int, StatsSnapshot] = {}
         self._mine = {"started": time.perf_counter(), "wait": 0.0, "first": None, "rows": 0, "tokens": 0, "batches": 0}
         self._prev = StatsSnapshot()
+        self._handoff: tuple[int, int] | None = None
+        self._read_here: StatsSnapshot | None = None  # after a handoff: what this process read before it
 
     def __len__(self) -> int:
         """Batches one ``iter()`` yields from the start of an epoch (or of all epochs) on this rank."""
@@ -107,6 +114,11 @@ class Loader:
     def position(self) -> tuple[int, int]:
         """``(epoch, step)`` of the next batch: after ``load_state_dict``, where the checkpointed run stopped."""
         return self._position
+
+    @property
+    def handoff(self) -> tuple[int, int] | None:
+        """``(epoch, step)`` from which this iteration's batches come from the workers (None: from this process so far)."""
+        return self._handoff
 
     @property
     def steps_done(self) -> int:
@@ -129,13 +141,20 @@ class Loader:
         epoch = self._position[0]
         self.dataset.load_state_dict(self.state_dict())
         batches: Any = self.dataset
+        self._handoff, self._read_here = None, None
         if self.num_workers > 0:  # workers send shipments of steps in shared memory; back in step order here
             context = self._context
             receiver = Receiver(context, self.num_workers)
-            shipments = DataLoader(WorkerShipments(self.dataset, receiver), batch_size=None,
+            handoff = Handoff(context, self.num_workers) if self.start_in_process else None
+            shipments = DataLoader(WorkerShipments(self.dataset, receiver, handoff), batch_size=None,
                                    num_workers=self.num_workers, prefetch_factor=self._prefetch_factor,
                                    multiprocessing_context=context)
-            batches = in_step_order(iter(shipments), receiver, schedule, self._position)
+            if handoff is None:
+                self._read_here = StatsSnapshot()
+                batches = in_step_order(iter(shipments), receiver, schedule, self._position)
+            else:
+                batches = handed_off(self.dataset, Starting(shipments), handoff, receiver, self._position,
+                                     self._handed_off)
         if self.device is not None:
             batches = DeviceFeed(batches, self.device)
         self._workers = {}
@@ -162,10 +181,13 @@ class Loader:
             if self.epoch_per_iter and self._position[0] != epoch:
                 return
 
+    def _handed_off(self, index: int, read_here: StatsSnapshot) -> None:
+        self._handoff, self._read_here = self.dataset.schedule.position(index), read_here
+
     def stats(self) -> StatsSnapshot:
-        """Counters as the consumer sees them (workers' counters summed when there are workers)."""
+        """Counters as the consumer sees them (with workers: theirs summed, and this process's before a handoff)."""
         mine = self._mine
-        base = self.dataset.stats() if self.num_workers == 0 else StatsSnapshot()
+        base = self.dataset.stats() if self._read_here is None else self._read_here
         for snap in self._workers.values():
             base = base.merged(snap)
         in_flight = base.consumed_rows - mine["rows"] if self.num_workers > 0 else 0

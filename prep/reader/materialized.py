@@ -11,7 +11,7 @@ split is an error instead of a silently short epoch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 

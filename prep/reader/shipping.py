@@ -25,10 +25,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from prep.reader import lifeline
 from prep.reader.batch import ORIGIN_FIELDS, Batch
 from prep.reader.stage import ReaderError
 
-__all__ = ["Receiver", "Shipment", "WorkerShipments", "in_step_order", "SHIPMENT_BYTES", "SLOTS"]
+__all__ = ["Receiver", "Shipment", "Up", "WorkerShipments", "in_step_order", "SHIPMENT_BYTES", "SLOTS"]
 
 SHIPMENT_BYTES = 8 << 20  # about how much one shipment carries once it has ramped up
 SLOTS = 4  # shared buffers per worker: its prefetched shipments, the one it writes, one spare
@@ -82,6 +83,13 @@ def _layouts(batches: list[Batch]) -> tuple[list[dict[str, tuple[int, int, torch
     return layouts, size
 
 
+@dataclass(frozen=True)
+class Up:
+    """A worker's first item when it is to take over from the main process (:mod:`prep.reader.handoff`)."""
+
+    worker: int
+
+
 class WorkerShipments(IterableDataset):
     """What :class:`~prep.reader.Loader` gives its DataLoader workers: the reader, shipped in :class:`Shipment` s.
 
@@ -93,14 +101,24 @@ class WorkerShipments(IterableDataset):
     Args:
         dataset: the reader.
         receiver: the main process's :class:`Receiver` (its semaphores travel to the workers).
+        handoff: when given, the workers start where the main process hands off to them
+            (:mod:`prep.reader.handoff`), not at the dataset's position.
     """
 
-    def __init__(self, dataset: Any, receiver: "Receiver") -> None:
+    def __init__(self, dataset: Any, receiver: "Receiver", handoff: Any = None) -> None:
         super().__init__()
         self.dataset, self.slots, self.free, self.closed = dataset, receiver.slots, receiver.free, receiver.closed
+        self.handoff = handoff
 
     def __iter__(self) -> Iterator[Shipment]:
         worker = get_worker_info().id
+        if self.handoff is not None:
+            lifeline.watch()  # a worker waiting for the handoff still ends with its trainer
+            yield Up(worker)
+            index = self.handoff.wait(self.closed)
+            if index is None:  # the main process read to the end (or stopped) without handing off
+                return
+            self.dataset.start_at(index)
         buffers: list[torch.Tensor | None] = [None] * self.slots
         group: list[Batch] = []
         size, nbytes, sent = 1, 0, 0
