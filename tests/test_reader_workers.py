@@ -303,3 +303,26 @@ def test_a_loader_closed_before_its_workers_are_up_leaves_no_worker_running():
             break
         time.sleep(0.2)
     assert not workers, [p.cmdline() for p in workers]
+
+
+@pytest.mark.parametrize("start_in_process", [False, True])
+def test_shipments_are_copied_out_on_a_thread_not_the_trainer_s(monkeypatch, start_in_process):
+    """Copying a shipment out takes milliseconds (G = 256: ~3 MB a step): on the trainer's thread it was a wait."""
+    import threading
+
+    from prep.reader import shipping
+
+    copied_on = []
+    unpack = shipping.Receiver.batches
+
+    def recorded(self, shipment):
+        copied_on.append(threading.current_thread().name)
+        return unpack(self, shipment)
+
+    monkeypatch.setattr(shipping.Receiver, "batches", recorded)
+    path, _ = rf.cached_output("sft4-long")
+    loader = Loader(ReaderDataset(path, global_batch_size=4), num_workers=1, start_in_process=start_in_process)
+    for batch in loader:
+        if loader.handoff is None and start_in_process:
+            time.sleep(0.03)
+    assert copied_on and set(copied_on) == {"reader receive"}, copied_on

@@ -24,12 +24,12 @@ import time
 from typing import Any, Iterator
 
 from prep.reader.batch import Batch
-from prep.reader.shipping import Receiver, Shipment, Up, in_step_order
+from prep.reader.shipping import ReceivedAhead, Receiver, Shipment, Up, in_step_order
 from prep.reader.stage import ReaderError
 
 __all__ = ["Handoff", "Starting", "handed_off", "LEAD_S"]
 
-LEAD_S = 0.5  # how far ahead of the trainer the handoff step is, in its step time
+LEAD_S = 1.0  # how far ahead of the trainer the handoff step is, in its step time
 
 
 class Handoff:
@@ -115,7 +115,7 @@ def handed_off(dataset: Any, starting: Starting, handoff: Handoff, receiver: Rec
                start: tuple[int, int], on_handoff: Any) -> Iterator[Batch]:
     """The batches from ``start``: this process's own until the workers are up and reach the handoff step, then theirs.
 
-    ``on_handoff(index, stats)`` is called once the handoff step is named, with this process's
+    ``on_handoff(index, stats)`` is called when this process has read up to the handoff step, with its
     counters when it stops reading (its queues emptied).
     """
     schedule = dataset.schedule
@@ -123,6 +123,7 @@ def handed_off(dataset: Any, starting: Starting, handoff: Handoff, receiver: Rec
     asked_at: list[float] = []  # when the trainer asked for each batch after the first
     handoff_at: int | None = None
     decided = False  # the workers are up: a handoff step is named, or none (this process reads to the end)
+    received: ReceivedAhead | None = None  # their batches from the handoff step on, taken from when it is named
     try:
         try:
             for batch in here:
@@ -136,14 +137,19 @@ def handed_off(dataset: Any, starting: Starting, handoff: Handoff, receiver: Rec
                     if index + 1 + lead < schedule.total:
                         handoff_at = index + 1 + lead
                         handoff.publish(handoff_at)
+                        received = ReceivedAhead(in_step_order(starting.shipments, receiver, schedule,
+                                                               schedule.position(handoff_at)),
+                                                 receiver, dataset.options.prefetch_batches).start()
                 if index + 1 == handoff_at:
                     break
         finally:
             here.close()
-        if handoff_at is None:
+        if received is None:
             return
         on_handoff(handoff_at, dataset.stats().replace(unscanned_rows=0, raw_rows=0, prefetched_rows=0))
-        yield from in_step_order(starting.shipments, receiver, schedule, schedule.position(handoff_at))
+        yield from received
     finally:
+        if received is not None:
+            received.close()
         receiver.close()
         starting.abandon()

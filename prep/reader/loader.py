@@ -23,7 +23,7 @@ from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
 from prep.reader.handoff import Handoff, Starting, handed_off
-from prep.reader.shipping import Receiver, WorkerShipments, in_step_order
+from prep.reader.shipping import ReceivedAhead, Receiver, WorkerShipments, in_step_order
 from prep.reader.spec import TEXT_KINDS
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
 
@@ -151,7 +151,8 @@ class Loader:
                                    multiprocessing_context=context)
             if handoff is None:
                 self._read_here = StatsSnapshot()
-                batches = in_step_order(iter(shipments), receiver, schedule, self._position)
+                batches = ReceivedAhead(in_step_order(iter(shipments), receiver, schedule, self._position),
+                                        receiver, self.dataset.options.prefetch_batches)
             else:
                 batches = handed_off(self.dataset, Starting(shipments), handoff, receiver, self._position,
                                      self._handed_off)

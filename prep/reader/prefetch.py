@@ -70,14 +70,18 @@ class Prefetcher:
         self._finished = False
         self.queued_rows = 0
 
+    def start(self) -> None:
+        """Starts the thread now (else the first :meth:`next` does)."""
+        if self._thread is None and not self._finished:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+            _RUNNING.add(self)
+
     def next(self) -> Any:
         """The next item. Raises StopIteration at the end, ReaderError if the thread failed."""
         if self._finished:
             raise StopIteration
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-            _RUNNING.add(self)
+        self.start()
         got = self._get()
         if isinstance(got, _Failed):
             self._finished = True
