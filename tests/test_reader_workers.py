@@ -288,6 +288,38 @@ def test_a_worker_that_fails_to_start_fails_the_read_its_loader_began_in_process
     assert loader.handoff is None
 
 
+class _SlowToStartInAWorker:
+    """A transform that takes 3 s on its first batch in a worker process (a slow first read there)."""
+
+    def __init__(self) -> None:
+        self.pid, self.started = os.getpid(), False
+
+    def __call__(self, batch):
+        if os.getpid() != self.pid and not self.started:
+            self.started = True
+            time.sleep(3.0)
+        return dict(batch)
+
+
+def test_the_trainer_reads_on_in_process_until_the_workers_have_the_next_step():
+    """The workers' first batch came 3 s after the handoff step was named (its lead: 1 s of steps).
+    The trainer does not wait for it: this process reads on, and the workers' batches before the
+    switch are dropped, so the first worker batch it gets is not the first its worker built."""
+    path, _ = rf.cached_output("sft4-long")
+    want = list(ReaderDataset(path, global_batch_size=4))
+    loader = Loader(ReaderDataset(path, global_batch_size=4, transform=_SlowToStartInAWorker()), num_workers=1)
+    got = []
+    for batch in loader:
+        got.append(batch)
+        if loader.handoff is None:
+            time.sleep(0.03)
+    switch = [b.stats is None for b in got].index(False)
+    assert got[switch].stats.consumed_batches > 1, "the trainer waited for the workers' first batch"
+    assert [(b.epoch, b.step) for b in got] == [(b.epoch, b.step) for b in want]
+    for b, ref in zip(got, want):
+        np.testing.assert_array_equal(b.ids, ref.ids)
+
+
 def test_a_loader_closed_before_its_workers_are_up_leaves_no_worker_running():
     path, _ = rf.cached_output("sft4-long")
     loader = Loader(ReaderDataset(path, global_batch_size=4), num_workers=2)

@@ -8,8 +8,12 @@ hands the trainer its first batch. The same reader in process delivers it in ~0.
 1. the workers start in the background (:class:`Starting`); each sends :class:`~prep.reader.shipping.Up`
    and waits;
 2. once all are up, the main process names the handoff step ``H``, :data:`LEAD_S` of the
-   trainer's steps ahead (a started worker's first read: ~0.1-0.3 s), and reads up to ``H``;
-3. it closes its own pipeline, and worker ``k`` builds ``H + k, H + k + K, ...`` from then on.
+   trainer's steps ahead, and worker ``k`` builds ``H + k, H + k + K, ...``;
+3. the main process reads on until a thread that takes the workers' shipments holds the next
+   step (``H`` if they were quick; a later one if a worker's first read took longer than the
+   lead: the steps before it are dropped), then closes its own pipeline and hands their batches on.
+
+The trainer never waits for the switch longer than for one of this process's own steps.
 
 A batch is the same whoever builds it (a step is arithmetic on the plan), so the sequence and
 every state are those of an in-process read. A read that ends before the workers are up is read
@@ -29,7 +33,7 @@ from prep.reader.stage import ReaderError
 
 __all__ = ["Handoff", "Starting", "handed_off", "LEAD_S"]
 
-LEAD_S = 1.0  # how far ahead of the trainer the handoff step is, in its step time
+LEAD_S = 1.0  # how far ahead of the trainer the handoff step is, in its step time: a worker's first read
 
 
 class Handoff:
@@ -113,17 +117,16 @@ class Starting:
 
 def handed_off(dataset: Any, starting: Starting, handoff: Handoff, receiver: Receiver,
                start: tuple[int, int], on_handoff: Any) -> Iterator[Batch]:
-    """The batches from ``start``: this process's own until the workers are up and reach the handoff step, then theirs.
+    """The batches from ``start``: this process's own until the workers have the next step in hand, then theirs.
 
-    ``on_handoff(index, stats)`` is called when this process has read up to the handoff step, with its
-    counters when it stops reading (its queues emptied).
+    ``on_handoff(index, stats)`` is called at the switch (``index``: the first step from the
+    workers) with this process's counters when it stopped reading (its queues emptied).
     """
     schedule = dataset.schedule
     here = dataset.batches()
     asked_at: list[float] = []  # when the trainer asked for each batch after the first
-    handoff_at: int | None = None
     decided = False  # the workers are up: a handoff step is named, or none (this process reads to the end)
-    received: ReceivedAhead | None = None  # their batches from the handoff step on, taken from when it is named
+    received: ReceivedAhead | None = None  # the workers' batches from the handoff step on, taken from when it is named
     try:
         try:
             for batch in here:
@@ -135,18 +138,20 @@ def handed_off(dataset: Any, starting: Starting, handoff: Handoff, receiver: Rec
                     step_s = (asked_at[-1] - asked_at[0]) / (len(asked_at) - 1) if len(asked_at) > 1 else 0.0
                     lead = max(handoff.num_workers, math.ceil(LEAD_S / step_s) if step_s > 0 else 0)
                     if index + 1 + lead < schedule.total:
-                        handoff_at = index + 1 + lead
-                        handoff.publish(handoff_at)
+                        handoff.publish(index + 1 + lead)
                         received = ReceivedAhead(in_step_order(starting.shipments, receiver, schedule,
-                                                               schedule.position(handoff_at)),
-                                                 receiver, dataset.options.prefetch_batches).start()
-                if index + 1 == handoff_at:
+                                                               schedule.position(index + 1 + lead)),
+                                                 receiver, schedule, dataset.options.prefetch_batches).start()
+                if received is not None and received.has(index + 1):  # else this process reads it, as before
                     break
-        finally:
+            else:
+                return  # read to the end here
+        except BaseException:
             here.close()
-        if received is None:
-            return
-        on_handoff(handoff_at, dataset.stats().replace(unscanned_rows=0, raw_rows=0, prefetched_rows=0))
+            raise
+        on_handoff(index + 1, dataset.stats().replace(unscanned_rows=0, raw_rows=0, prefetched_rows=0))
+        # stopping this process's pipeline joins its threads (a read in progress): not on the trainer's time
+        threading.Thread(target=here.close, name="prep-reader-handed-off", daemon=True).start()
         yield from received
     finally:
         if received is not None:

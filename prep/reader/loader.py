@@ -152,7 +152,7 @@ class Loader:
             if handoff is None:
                 self._read_here = StatsSnapshot()
                 batches = ReceivedAhead(in_step_order(iter(shipments), receiver, schedule, self._position),
-                                        receiver, self.dataset.options.prefetch_batches)
+                                        receiver, schedule, self.dataset.options.prefetch_batches)
             else:
                 batches = handed_off(self.dataset, Starting(shipments), handoff, receiver, self._position,
                                      self._handed_off)

@@ -218,13 +218,27 @@ class ReceivedAhead:
     Args:
         batches: the workers' batches in step order.
         receiver: their receiver (closed with this).
+        schedule: the steps being read (a batch's global step index).
         depth: batches taken ahead at most.
     """
 
-    def __init__(self, batches: Iterator[Batch], receiver: Receiver, depth: int) -> None:
-        self._batches, self._receiver = batches, receiver
+    def __init__(self, batches: Iterator[Batch], receiver: Receiver, schedule: Any, depth: int) -> None:
+        self._batches, self._receiver, self._schedule = batches, receiver, schedule
         self._ahead = Prefetcher(_Iterated(batches), depth=depth, name="reader receive",
                                  size=lambda batch: batch.num_rows)
+        self._head: Batch | None = None  # taken by has(), yielded first
+
+    def has(self, index: int) -> bool:
+        """Whether global step ``index`` is in hand, never waiting; drops the batches before it."""
+        while self._head is None or self._schedule.index(self._head.epoch, self._head.step) < index:
+            if not self._ahead.has_next():
+                return False
+            try:
+                self._head = self._ahead.next()
+            except StopIteration:  # the workers ended before that step
+                self._head = None
+                return False
+        return self._schedule.index(self._head.epoch, self._head.step) == index
 
     def start(self) -> "ReceivedAhead":
         """Takes batches from now on, before the first is asked for."""
@@ -233,6 +247,9 @@ class ReceivedAhead:
 
     def __iter__(self) -> Iterator[Batch]:
         try:
+            if self._head is not None:
+                head, self._head = self._head, None
+                yield head
             while True:
                 try:
                     yield self._ahead.next()
