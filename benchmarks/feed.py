@@ -8,7 +8,8 @@ in a fresh process; reported per case:
 
     first s   what the first batch adds to the trainer's start: from building the loader to the
               first batch, less the ``--setup`` seconds the trainer spent between the two (building
-              its model, holding the GIL); worker processes' start-up included
+              its model, holding the GIL); worker processes' start-up included (``hf``: from asking
+              the built Trainer for its train dataloader)
     ramp ms   what the ``--ramp`` steps after the first waited in all (the pipeline filling up)
     wait %    waiting over all step time, for the steps after those
     p99 ms    the 99th percentile of one step's wait there (max ms: the longest)
@@ -96,23 +97,34 @@ def build_images(work: Path, copies: int = 8) -> None:
 
 
 # ----------------------------------------------------------------------------- one case, in its own process
-def open_batches(profile: Profile, loader: str, source: str, workers: int, work: Path, scratch: str):
-    """The iterator the training loop would run over, built as a user would build it."""
-    from torch.utils.data import DataLoader
+def batches_opener(profile: Profile, loader: str, source: str, workers: int, work: Path, scratch: str):
+    """A function that opens the iterator the training loop runs over, built as a user would build it.
 
-    from prep.reader import Loader, ReaderDataset
+    For ``hf`` the Trainer itself (seconds of transformers' set-up, no data) is built here, before the
+    clock starts; the function then asks it for its train dataloader.
+    """
+    if loader == "hf":
+        trainer = _hf_trainer(profile, source, workers, work, scratch)
+
+        def hf_batches():
+            hf_loader = trainer.get_train_dataloader()
+            return iter(hf_loader), len(hf_loader)
+        return hf_batches
+    return lambda: open_batches(profile, loader, source, workers, work, scratch)
+
+
+def _dataset(profile: Profile, source: str, work: Path, scratch: str):
+    from prep.reader import ReaderDataset
 
     if profile.images:
         path, plan = (str(work / "images.lance"), {"num_splits": SPLITS}) if source == "plan" else (str(work / "img-epochs"), None)
     else:
         path, plan = (str(work / "table.lance"), {"num_splits": SPLITS}) if source == "plan" else (str(work / "epochs"), None)
     cache = {"cache_dir": os.path.join(scratch, "cache")} if source == "cache" else {}
-    ds = ReaderDataset(path, global_batch_size=profile.rows, plan=plan, **cache)
-    if loader == "torch":
-        return iter(DataLoader(ds, batch_size=None, num_workers=workers,
-                               multiprocessing_context="forkserver" if workers else None)), len(ds)
-    if loader == "loader":
-        return iter(Loader(ds, num_workers=workers)), len(ds)
+    return ReaderDataset(path, global_batch_size=profile.rows, plan=plan, **cache)
+
+
+def _hf_trainer(profile: Profile, source: str, workers: int, work: Path, scratch: str):
     import torch
     from transformers import Trainer, TrainingArguments
 
@@ -123,8 +135,20 @@ def open_batches(profile: Profile, loader: str, source: str, workers: int, work:
 
     args = TrainingArguments(output_dir=os.path.join(scratch, "trainer"), dataloader_num_workers=workers,
                              report_to=[], use_cpu=True)
-    hf_loader = FedTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=ds).get_train_dataloader()
-    return iter(hf_loader), len(hf_loader)
+    return FedTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=_dataset(profile, source, work, scratch))
+
+
+def open_batches(profile: Profile, loader: str, source: str, workers: int, work: Path, scratch: str):
+    """The iterator of a ``loader`` or ``torch`` case, and its length."""
+    from torch.utils.data import DataLoader
+
+    from prep.reader import Loader
+
+    ds = _dataset(profile, source, work, scratch)
+    if loader == "torch":
+        return iter(DataLoader(ds, batch_size=None, num_workers=workers,
+                               multiprocessing_context="forkserver" if workers else None)), len(ds)
+    return iter(Loader(ds, num_workers=workers)), len(ds)
 
 
 def hold_gil(seconds: float) -> None:
@@ -145,8 +169,9 @@ def run_case(profile: Profile, loader: str, source: str, workers: int, work: Pat
         import transformers  # noqa: F401
 
     with tempfile.TemporaryDirectory(prefix="prep-feed-") as scratch:
+        opener = batches_opener(profile, loader, source, workers, work, scratch)
         started = time.perf_counter()
-        batches, available = open_batches(profile, loader, source, workers, work, scratch)
+        batches, available = opener()
         hold_gil(setup - (time.perf_counter() - started))
         here = next(batches).stats is None  # built in this process (a worker's batch carries its counters)
         first = max(0.0, time.perf_counter() - started - setup)
