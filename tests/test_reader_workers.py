@@ -329,12 +329,26 @@ def test_a_loader_closed_before_its_workers_are_up_leaves_no_worker_running():
     it.close()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        workers = [w for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())
-                   for w in p.children()]  # under forkserver, workers are the server's children
+        workers = _forkserver_children()
         if not workers:
             break
         time.sleep(0.2)
-    assert not workers, [p.cmdline() for p in workers]
+    assert not workers, workers
+
+
+def _forkserver_children() -> list[int]:
+    """Pids of the running children of this process's forkserver: under forkserver, its workers.
+    Zombies (exited, not yet reaped) do not count; a process that exits while looked at is skipped."""
+    running = []
+    for server in psutil.Process().children():
+        with contextlib.suppress(psutil.NoSuchProcess):  # ZombieProcess is one
+            if server.status() == psutil.STATUS_ZOMBIE or "forkserver" not in " ".join(server.cmdline()):
+                continue
+            for child in server.children():
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if child.status() != psutil.STATUS_ZOMBIE:
+                        running.append(child.pid)
+    return running
 
 
 @pytest.mark.parametrize("start_in_process", [False, True])

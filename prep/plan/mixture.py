@@ -92,8 +92,10 @@ def batch_counts(weights: Sequence[float], global_batch: int, first: int, count:
     """Rows of each source in global batches ``first .. first + count - 1`` (by rows).
 
     Every batch gets ``floor(G*w_i)`` of source ``i``; the batch's remaining rows go to
-    the sources whose running count lags its target most (ties: the lower index). The
-    lag stays under one row, so each batch holds ``floor`` or ``ceil`` of ``G*w_i``.
+    the sources whose running count lags its target most (ties: the lower index), so each
+    batch holds ``floor`` or ``ceil`` of ``G*w_i``. The running count stays near its target:
+    within 1.04 rows over 20,000 random mixtures of up to five sources, but not always within
+    one (weights 0.01, 0.01, 0.01, 7, 7 at ``G`` = 31: 1.006 rows after 30 batches).
     Batches are counted from 0, so the counts of a batch do not depend on where a
     caller starts; the cost is O(first + count) batches.
 
