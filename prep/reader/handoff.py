@@ -116,8 +116,9 @@ class Starting:
 
 
 def handed_off(dataset: Any, starting: Starting, handoff: Handoff, receiver: Receiver,
-               start: tuple[int, int], on_handoff: Any) -> Iterator[Batch]:
-    """The batches from ``start``: this process's own until the workers have the next step in hand, then theirs.
+               on_handoff: Any) -> Iterator[Batch]:
+    """The batches from ``dataset``'s position: this process's own until the workers have the next step in hand,
+    then theirs.
 
     ``on_handoff(index, stats)`` is called at the switch (``index``: the first step from the
     workers) with this process's counters when it stopped reading (its queues emptied).

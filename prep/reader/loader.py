@@ -154,8 +154,7 @@ class Loader:
                 batches = ReceivedAhead(in_step_order(iter(shipments), receiver, schedule, self._position),
                                         receiver, schedule, self.dataset.options.prefetch_batches)
             else:
-                batches = handed_off(self.dataset, Starting(shipments), handoff, receiver, self._position,
-                                     self._handed_off)
+                batches = handed_off(self.dataset, Starting(shipments), handoff, receiver, self._on_handoff)
         if self.device is not None:
             batches = DeviceFeed(batches, self.device)
         self._workers = {}
@@ -182,7 +181,7 @@ class Loader:
             if self.epoch_per_iter and self._position[0] != epoch:
                 return
 
-    def _handed_off(self, index: int, read_here: StatsSnapshot) -> None:
+    def _on_handoff(self, index: int, read_here: StatsSnapshot) -> None:
         self._handoff, self._read_here = self.dataset.schedule.position(index), read_here
 
     def stats(self) -> StatsSnapshot:
