@@ -19,7 +19,7 @@ memory a worker can rewrite.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import numpy as np
 import torch
@@ -222,7 +222,7 @@ class ReceivedAhead:
         depth: batches taken ahead at most.
     """
 
-    def __init__(self, batches: Iterator[Batch], receiver: Receiver, schedule: Any, depth: int) -> None:
+    def __init__(self, batches: Generator[Batch, None, None], receiver: Receiver, schedule: Any, depth: int) -> None:
         self._batches, self._receiver, self._schedule = batches, receiver, schedule
         self._ahead = Prefetcher(_Iterated(batches), depth=depth, name="reader receive",
                                  size=lambda batch: batch.num_rows)
@@ -262,9 +262,7 @@ class ReceivedAhead:
         """Stops the thread; workers waiting for a buffer stop waiting, so its last take returns."""
         self._receiver.close()
         self._ahead.shutdown()
-        close = getattr(self._batches, "close", None)
-        if close is not None:
-            close()
+        self._batches.close()
 
 
 def in_step_order(shipments: Iterator[Shipment], receiver: Receiver, schedule: Any,
