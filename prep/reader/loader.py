@@ -23,6 +23,7 @@ from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
 from prep.reader.handoff import Handoff, Starting, handed_off
+from prep.reader.release import Retiring
 from prep.reader.shipping import ReceivedAhead, Receiver, WorkerShipments, in_step_order
 from prep.reader.spec import TEXT_KINDS
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
@@ -161,25 +162,30 @@ class Loader:
         mine = self._mine = {"started": time.perf_counter(), "wait": 0.0, "first": None, "rows": 0, "tokens": 0,
                              "batches": 0}
         self._prev = StatsSnapshot()
-        it = iter(batches)
-        while True:
-            waited = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            now = time.perf_counter()
-            mine["wait"] += now - waited
-            mine["first"] = mine["first"] if mine["first"] is not None else now - mine["started"]
-            mine["rows"] += batch.num_rows
-            mine["tokens"] += batch.num_tokens
-            mine["batches"] += 1
-            if batch.stats is not None:
-                self._workers[batch.worker] = batch.stats
-            self._position = schedule.position(schedule.index(batch.epoch, batch.step) + 1)
-            yield batch
-            if self.epoch_per_iter and self._position[0] != epoch:
-                return
+        it, retiring = iter(batches), Retiring()
+        try:
+            while True:
+                waited = time.perf_counter()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                now = time.perf_counter()
+                mine["wait"] += now - waited
+                mine["first"] = mine["first"] if mine["first"] is not None else now - mine["started"]
+                mine["rows"] += batch.num_rows
+                mine["tokens"] += batch.num_tokens
+                mine["batches"] += 1
+                if batch.stats is not None:
+                    self._workers[batch.worker] = batch.stats
+                self._position = schedule.position(schedule.index(batch.epoch, batch.step) + 1)
+                retiring.yielded(batch)
+                yield batch
+                del batch
+                if self.epoch_per_iter and self._position[0] != epoch:
+                    return
+        finally:
+            retiring.clear()
 
     def _on_handoff(self, index: int, read_here: StatsSnapshot) -> None:
         self._handoff, self._read_here = self.dataset.schedule.position(index), read_here
