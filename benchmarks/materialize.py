@@ -41,6 +41,11 @@ three tables of one tokenizer -- the GSM8K table above, Tiny Shakespeare's parag
 (so one epoch uses each row about once), against the concatenation of the three tables
 materialized as one table (the same output rows): ``mix-job`` / ``concat-job``
 (goal <= 1.1x) and the whole commands ``mix-cmd`` / ``concat-cmd``, by wall and by CPU time.
+The concatenation is written in one piece (one Lance fragment), while ``prep pretokenize`` writes a
+fragment per chunk (the GSM8K and Shakespeare sources: 62 and 19 at ``--repeat 32``), and a holder
+keeps the rows as Lance returns them, a piece per fragment (:mod:`prep.materialize.held`), so the
+job also runs on ``concat-frag``: the same rows, one table, with the sources' fragments
+(``mix-job`` / ``concat-frag-job``).
 Mixture and single-table runs alternate, and the ratio is also given pair by pair (median and
 range): the same work's CPU drifts by up to a quarter over minutes on a shared machine, and runs
 taken in blocks turned that drift into the ratio.
@@ -93,7 +98,7 @@ def build_mixture_tables(workdir: Path, repeat: int, gsm8k: Path) -> tuple[Path,
     import pyarrow as pa
 
     mix_file, concat = workdir / f"mix-x{repeat}.yaml", workdir / f"mix-x{repeat}-concat.lance"
-    if mix_file.exists() and (concat / "_versions").exists():
+    if mix_file.exists() and (concat / "_versions").exists() and (concat_frag(concat) / "_versions").exists():
         return mix_file, concat
     shakespeare = workdir / f"shakespeare-x{repeat}-pretrain.lance"
     corpus = workdir / f"shakespeare-x{repeat}.jsonl"
@@ -124,7 +129,18 @@ def build_mixture_tables(workdir: Path, repeat: int, gsm8k: Path) -> tuple[Path,
         f"  - {{table: {t}, weight: {r}}}\n" for t, r in zip(tables, rows)))
     parts = (lance.dataset(str(t)).to_table().replace_schema_metadata(schema.metadata) for t in tables)
     lance.write_dataset(pa.concat_tables(parts), str(concat), mode="overwrite")
+    mode = "overwrite"
+    for t in tables:  # the same rows again, a fragment per source fragment
+        for fragment in lance.dataset(str(t)).get_fragments():
+            lance.write_dataset(fragment.to_table().replace_schema_metadata(schema.metadata), str(concat_frag(concat)),
+                                mode=mode)
+            mode = "append"
     return mix_file, concat
+
+
+def concat_frag(concat: Path) -> Path:
+    """Where the concatenation with the sources' fragments is written, beside ``concat``."""
+    return concat.with_name(concat.name.replace("-concat", "-concat-frag"))
 
 
 def _cpu_self() -> float:
@@ -157,7 +173,7 @@ def stage(name: str, table: str, out: str, clump: int, splits: int, epochs: int 
         materialize_mixture(mixture=table, output=out, epochs=epochs, splits=splits, executor="local")
         return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c, "peak_mb": _peak_mb()}
     kw = dict(table=table, output=out, epochs=epochs, splits=splits, clump=clump)
-    if name in ("job", "concat-job"):
+    if name in ("job", "concat-job", "concat-frag-job"):
         t, c = time.perf_counter(), _cpu_self()
         materialize_shuffle(executor="local", **kw)
         return {"seconds": time.perf_counter() - t, "cpu_seconds": _cpu_self() - c, "peak_mb": _peak_mb()}
@@ -328,11 +344,13 @@ def mixture_rows(work: Path, gsm8k: Path, args: argparse.Namespace) -> None:
     print(f"mixture: {mix_file} ({mix_file.read_text().count('table:')} tables), concatenation {concat} "
           f"({lance.dataset(str(concat)).count_rows():,} rows); load average before: {os.getloadavg()[0]:.1f}")
     results: dict = {}
-    runs: dict[str, list[dict]] = {name: [] for name in ("concat-job", "mix-job", "concat-cmd", "mix-cmd")}
+    names = {"job": ("concat-job", "concat-frag-job", "mix-job"), "cmd": ("concat-cmd", "mix-cmd")}
+    tables = {"mix": mix_file, "concat-frag": concat_frag(concat), "concat": concat}
+    runs: dict[str, list[dict]] = {name: [] for kind in names.values() for name in kind}
     for kind in ("job", "cmd"):
         for _ in range(args.runs):  # alternating: the machine's speed drifts over minutes, a pair shares it
-            for name in (f"concat-{kind}", f"mix-{kind}"):
-                runs[name].append(fresh(name, mix_file if name.startswith("mix") else concat, work / "out", 1, args.splits))
+            for name in names[kind]:
+                runs[name].append(fresh(name, tables[name.rsplit("-", 1)[0]], work / "out", 1, args.splits))
     for name, done in runs.items():
         results[name] = {k: statistics.median(r[k] for r in done) for k in ("seconds", "cpu_seconds")}
         results[name]["runs_seconds"] = [round(r["seconds"], 3) for r in done]
@@ -341,15 +359,16 @@ def mixture_rows(work: Path, gsm8k: Path, args: argparse.Namespace) -> None:
     print(f"{'row':22s} {'wall s':>7s} {'CPU s':>7s}  (median of {args.runs}, each in a fresh process, "
           "mixture and single table alternating)")
     for name, r in results.items():
-        note = ""
-        if name.startswith("mix"):
-            base = results[name.replace("mix", "concat")]
-            pairs = [m["cpu_seconds"] / c["cpu_seconds"] for m, c in zip(runs[name], runs[name.replace("mix", "concat")])]
-            r["pair_cpu_ratios"] = [round(x, 3) for x in pairs]
-            note = (f"mixture/single: {r['seconds'] / base['seconds']:.2f}x wall, "
-                    f"{r['cpu_seconds'] / base['cpu_seconds']:.2f}x CPU (goal <= 1.1); pair by pair "
-                    f"{statistics.median(pairs):.2f}x CPU (median; {min(pairs):.2f}-{max(pairs):.2f})")
-        print(f"{name:22s} {r['seconds']:7.2f} {r['cpu_seconds']:7.2f}  {note}")
+        print(f"{name:22s} {r['seconds']:7.2f} {r['cpu_seconds']:7.2f}")
+        if not name.startswith("mix"):
+            continue
+        for single in [n for n in names[name.split("-")[-1]] if not n.startswith("mix")]:
+            base = results[single]
+            pairs = [m["cpu_seconds"] / c["cpu_seconds"] for m, c in zip(runs[name], runs[single])]
+            r[f"pair_cpu_ratios_{single}"] = [round(x, 3) for x in pairs]
+            print(f"  {name} / {single}: {r['seconds'] / base['seconds']:.2f}x wall, "
+                  f"{r['cpu_seconds'] / base['cpu_seconds']:.2f}x CPU (goal <= 1.1); pair by pair "
+                  f"{statistics.median(pairs):.2f}x CPU (median; {min(pairs):.2f}-{max(pairs):.2f})")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).with_suffix(".mixture.json").write_text(json.dumps(results, indent=2))
