@@ -107,12 +107,17 @@ def _two_splits(marker: str, executor) -> Iterator[str]:
     yield "second"
 
 
-def test_a_ray_holder_streams_each_split_to_the_driver_as_it_is_written(tmp_path, ray_local):
+@pytest.mark.parametrize("where", ["driver", "worker"])
+def test_a_ray_holder_streams_each_split_to_the_driver_as_it_is_written(tmp_path, ray_local, monkeypatch, where):
     """The progress bar advances split by split on Ray too, not once per holder."""
     from ray import cloudpickle
 
+    from prep.materialize import on_ray
     from prep.materialize.on_ray import RayExecutor
     from prep.materialize.resolved import Call
+
+    if where == "worker":
+        monkeypatch.setattr(on_ray, "_driver_node", lambda resources: None)  # as on a head without CPUs
 
     marker, counted = tmp_path / "counted", []
 
@@ -127,6 +132,40 @@ def test_a_ray_holder_streams_each_split_to_the_driver_as_it_is_written(tmp_path
     finally:
         cloudpickle.unregister_pickle_by_value(module)
     assert out == ["first", "second"] and counted == [1, 1]
+
+
+def _where_and_free_cpus(executor) -> Iterator[tuple[int, float]]:
+    """A holder that says which process runs it and how many CPUs Ray has free meanwhile."""
+    import ray
+
+    deadline = time.monotonic() + 10  # a guard for Ray's resource view to catch up, not a timing
+    while ray.available_resources().get("CPU", 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield os.getpid(), ray.available_resources().get("CPU", 0)
+
+
+def test_a_one_node_ray_runs_the_holder_in_the_driver_on_cpus_reserved_for_it(ray_local, monkeypatch):
+    """A Ray worker would first import Ray, pyarrow and Lance (~3 CPU-s a job): the driver holds the rows
+    itself, with its node's CPUs reserved, so that Ray places nothing else on them meanwhile."""
+    from ray import cloudpickle
+
+    from prep.materialize import on_ray
+    from prep.materialize.resolved import Call
+
+    call = Call("a holder", _where_and_free_cpus, ())
+    assert on_ray.RayExecutor(None, None).run_holders([call]) == [(os.getpid(), 0)]
+    deadline = time.monotonic() + 10
+    while ray_local.available_resources().get("CPU") != 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray_local.available_resources().get("CPU") == 2  # given back
+    monkeypatch.setattr(on_ray, "_driver_node", lambda resources: None)  # a head without CPUs, or without `resources`
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        [(pid, free)] = on_ray.RayExecutor(None, None).run_holders([call])
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+    assert pid != os.getpid() and free == 0
 
 
 def _after(marker: str, name: str, executor) -> Iterator[str]:
@@ -219,7 +258,12 @@ def test_a_failing_local_read_names_where_and_leaves_no_manifest(tmp_path):
     assert not (out / "manifest.json").exists()
 
 
-def test_a_failing_read_in_a_ray_holder_names_where_and_leaves_no_manifest(tmp_path, ray_local):
+@pytest.mark.parametrize("where", ["driver", "worker"])
+def test_a_failing_read_in_a_ray_holder_names_where_and_leaves_no_manifest(tmp_path, ray_local, monkeypatch, where):
+    from prep.materialize import on_ray
+
+    if where == "worker":
+        monkeypatch.setattr(on_ray, "_driver_node", lambda resources: None)
     src = tables.synthetic_table(str(tmp_path / "src.lance"), num_rows=3000, max_len=40, fragment_rows=1000)
     last = lance.dataset(src).get_fragments()[-1].data_files()[0].path
     os.remove(os.path.join(src, "data", os.path.basename(last)))

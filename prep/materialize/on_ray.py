@@ -2,11 +2,14 @@
 
 Chosen when there is a cluster to use (:func:`prep.runtime.ray_cluster.use_ray`).
 It takes the same calls as the local executor (:class:`prep.materialize.local.LocalExecutor`).
-A holder call (:meth:`RayExecutor.run_holders`) is one Ray generator task that takes
-a node's CPUs and runs the local executor there: it holds its group's rows in the
-worker's memory and writes its splits on that node's threads, streaming each split's
-result to the driver as it is written, so a run on Ray does what a local run does,
-with one holder per node at least. Shared values go to the object
+A holder call (:meth:`RayExecutor.run_holders`) takes a node's CPUs and runs the local
+executor there: it holds its group's rows and writes its splits on that node's threads,
+so a run on Ray does what a local run does, with one holder per node at least. The first
+holder runs in the driver when the driver's node may run one, its CPUs reserved for it
+(a placement group on that node): a Ray worker would first import Ray, pyarrow and Lance,
+~3 CPU-s a job on a one-node Ray, more than a GSM8K x16 epoch's whole materialize costs.
+The others are Ray generator tasks, each streaming its splits' results to the driver as
+they are written. Shared values go to the object
 store (:meth:`RayExecutor.put`); rows too many for a few holders go through the
 gather pass (:mod:`prep.materialize.gather`, map tasks through :meth:`RayExecutor.scatter`).
 A task's error cancels the others and is re-raised in the driver as one line naming
@@ -15,10 +18,14 @@ where it happened.
 
 from __future__ import annotations
 
+import queue
+import threading
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import ray
+import ray.util.client
+from ray.util.placement_group import NODE_ID_LABEL_KEY, placement_group, remove_placement_group
 
 from prep.errors import PrepError, one_line
 from prep.materialize import local
@@ -48,11 +55,24 @@ def _holder(fn: Callable[..., Iterator], threads: int, *args: Any) -> Iterator:
         pa.default_memory_pool().release_unused()
 
 
+def _may_run(node: Mapping[str, Any], resources: Mapping[str, float]) -> bool:
+    """Whether this run's tasks may go to ``node`` (an entry of ``ray.nodes()``): alive, a CPU, ``resources``."""
+    offers = node["Resources"]
+    return bool(node.get("Alive")) and offers.get("CPU", 0) >= 1 and all(offers.get(k, 0) >= v for k, v in resources.items())
+
+
 def _nodes_cpus(resources: Mapping[str, float]) -> list[int]:
     """The CPUs of each live node that offers ``resources`` (where this run's tasks may go)."""
-    return [int(n["Resources"]["CPU"]) for n in ray.nodes()
-            if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1
-            and all(n["Resources"].get(k, 0) >= v for k, v in resources.items())]
+    return [int(n["Resources"]["CPU"]) for n in ray.nodes() if _may_run(n, resources)]
+
+
+def _driver_node(resources: Mapping[str, float]) -> str | None:
+    """The ID of this driver's node when a holder may run there, else None (a head without CPUs, one
+    without the ``resources`` the run's tasks ask for, or a Ray Client session: its process is off the cluster)."""
+    if ray.util.client.ray.is_connected():
+        return None
+    here = ray.get_runtime_context().get_node_id()
+    return next((here for n in ray.nodes() if n.get("NodeID") == here and _may_run(n, resources)), None)
 
 
 class RayExecutor:
@@ -73,9 +93,10 @@ class RayExecutor:
         init_ray(address, num_cpus=num_cpus)
         wanted = dict(resources) if resources else None
         nodes = _nodes_cpus(wanted or {}) or [1]
-        self.hold_bytes = local.HOLD_BYTES  # per holder, in a worker's memory
+        self.hold_bytes = local.HOLD_BYTES  # per holder, in a worker's (or the driver's) memory
         self.min_holders = len(nodes)
         self._threads = min(nodes)
+        self._driver_node = _driver_node(wanted or {})
         self._remote = ray.remote(num_cpus=1, max_retries=2, resources=wanted)(_released)
         self._holder = ray.remote(num_cpus=self._threads, max_retries=2, resources=wanted)(_holder)
 
@@ -103,22 +124,75 @@ class RayExecutor:
         return _collect([self._remote.remote(c.fn, c.where, *c.args) for c in calls], on_done)
 
     def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
-        """Holder calls (``fn(*args, executor)``, yielding results), each a Ray generator task running a local
-        executor on one node; their results, in the order they arrive (``on_done`` as each does).
+        """Holder calls (``fn(*args, executor)``, yielding results), each running a local executor on one node:
+        the first in this driver when its node may run one (:class:`_HeldHere`), the others as Ray generator
+        tasks; their results, in the order they arrive (``on_done`` as each does).
 
         Raises:
             PrepError: the first holder that failed, as it names its error.
         """
-        streams = [self._holder.options(num_returns="streaming").remote(c.fn, self._threads, *c.args) for c in calls]
-        return _collect(streams, on_done, streamed=True)
+        if not calls:
+            return []
+        here = _HeldHere(calls[0], self._driver_node, self._threads) if self._driver_node else None
+        try:
+            remote = calls[1:] if here else calls
+            streams = [self._holder.options(num_returns="streaming").remote(c.fn, self._threads, *c.args)
+                       for c in remote]
+            return _collect(streams, on_done, streamed=True, here=here)
+        finally:
+            if here is not None:
+                here.close()
 
 
-def _drain(streams: list, on_done: Callable[[], None]) -> list:
-    """Every result of the generator tasks' ``streams``, taken from whichever stream has one ready (so
-    one node's progress and failures are seen while another's holder still runs)."""
-    results, pending = [], list(streams)
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
+class _HeldHere:
+    """One holder call run in the driver, on a thread, once its node's ``threads`` CPUs are reserved for it
+    (so Ray schedules nothing else on them, the other holders included); its results are queued for
+    :func:`_drain`, which reports them on the driver's thread as it does a task's."""
+
+    def __init__(self, call: Call, node: str, threads: int) -> None:
+        self.results: queue.SimpleQueue = queue.SimpleQueue()
+        self._call, self._threads, self._stop = call, threads, threading.Event()
+        self._reserved = placement_group([{"CPU": threads}], strategy="STRICT_PACK",
+                                         bundle_label_selector=[{NODE_ID_LABEL_KEY: node}])
+        try:  # reserved before any holder task is submitted, so that none is placed on this node
+            ray.get(self._reserved.ready())  # the node's CPUs free, as a holder task would wait for them
+        except BaseException:
+            remove_placement_group(self._reserved)
+            raise
+        self._thread = threading.Thread(target=self._run, name="prep-holder", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in self._call.args]  # as a task gets them
+            with local.LocalExecutor(self._threads) as threads_here:
+                for result in self._call.fn(*args, threads_here):
+                    self.results.put((True, result))
+                    if self._stop.is_set():
+                        break
+        except BaseException as exc:  # handed to the driver's thread, which raises it
+            self.results.put((False, exc))
+        finally:
+            pa.default_memory_pool().release_unused()  # the held rows' memory back to the OS, as a task does
+        self.results.put((False, None))
+
+    def close(self) -> None:
+        """Stops after the split in hand (when a task failed), and gives the CPUs back."""
+        self._stop.set()
+        self._thread.join()
+        remove_placement_group(self._reserved)
+
+
+_POLL_S = 0.05  # with a holder in the driver: how often the tasks' streams and the driver's holder are looked at
+
+
+def _drain(streams: list, on_done: Callable[[], None], here: _HeldHere | None = None) -> list:
+    """Every result of the generator tasks' ``streams`` and of the holder ``here``, taken from whichever has
+    one ready (so one node's progress and failures are seen while another's holder still runs)."""
+    results, pending, running_here = [], list(streams), here is not None
+    while pending or running_here:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=_POLL_S if running_here else None) if pending \
+            else ([], pending)
         for stream in ready:
             try:
                 ref = next(stream)
@@ -126,6 +200,17 @@ def _drain(streams: list, on_done: Callable[[], None]) -> list:
                 continue
             results.append(_counted(ray.get(ref), on_done))
             pending.append(stream)
+        while running_here:
+            try:
+                ok, value = here.results.get(timeout=0 if pending else _POLL_S)
+            except queue.Empty:
+                break
+            if ok:
+                results.append(_counted(value, on_done))
+            elif value is None:
+                running_here = False
+            else:
+                raise value
     return results
 
 
@@ -134,15 +219,19 @@ def _counted(result: Any, on_done: Callable[[], None]) -> Any:
     return result
 
 
-def _collect(refs: list, on_done: Callable[[], None] = lambda: None, streamed: bool = False) -> list:
+def _collect(refs: list, on_done: Callable[[], None] = lambda: None, streamed: bool = False,
+             here: _HeldHere | None = None) -> list:
     """The tasks' results in order (``on_done`` as each arrives; ``streamed``: each ref is a generator task's
-    stream, and the results come as they are ready); the first failure cancels the rest and is raised as one line."""
+    stream, and the results come as they are ready, with those of the holder ``here``); the first failure
+    cancels the rest and is raised as one line (a failure of ``here`` as it was raised)."""
     try:
         if streamed:
-            return _drain(refs, on_done)
+            return _drain(refs, on_done, here)
         return [_counted(ray.get(ref), on_done) for ref in refs]
-    except ray.exceptions.RayTaskError as exc:
+    except BaseException as exc:
         for ref in refs:
             ray.cancel(ref)
+        if not isinstance(exc, ray.exceptions.RayTaskError):
+            raise
         cause = exc.cause if isinstance(getattr(exc, "cause", None), PrepError) else None
         raise PrepError(str(cause) if cause else one_line(str(exc).splitlines()[-1])) from None
