@@ -12,7 +12,8 @@ works, measurements and trade-offs: docs/materialize.md. In short:
    Both executors run them the same way: holders read the selected rows once and
    write their group of splits from rows held in memory, on threads
    (:mod:`prep.materialize.table`): on one machine in this process
-   (:mod:`prep.materialize.local`), on a cluster as one Ray task per node at least
+   (:mod:`prep.materialize.local`), on a cluster one per node at least, the first in the
+   driver when its node may run one, the others as Ray tasks
    (:mod:`prep.materialize.on_ray`; rows too many for a few holders through a
    gather pass, :mod:`prep.materialize.gather`). :func:`prep.runtime.ray_cluster.use_ray`
    decides; both write identical outputs.
