@@ -105,6 +105,24 @@ def test_recycled_block_returns_only_after_its_last_view_dies():
     assert buffers.pool.free == [] and buffers.pool.nbytes == 0 and not np.shares_memory(b, c)
 
 
+def test_a_block_freed_by_the_garbage_collector_while_the_pool_is_taking_does_not_deadlock():
+    """Seen as a hung reader I/O thread: ``take`` allocates under the pool's lock, the allocation ran the
+    garbage collector, and a batch in a reference cycle released its block on the same thread. Here the
+    release runs while this thread holds the lock, as it did then, on a thread that must finish."""
+    buffers.pool.clear()
+
+    def take_while_a_block_is_released() -> None:
+        with buffers.pool.lock:  # as inside take
+            buffers.pool.release(np.empty(1024, np.uint8))  # a finalizer run by the collector
+
+    worker = threading.Thread(target=take_while_a_block_is_released, daemon=True)
+    worker.start()
+    worker.join(10)  # a guard for a deadlock, not a timing: it finishes at once or never
+    assert not worker.is_alive(), "release deadlocked under the lock its own thread holds"
+    assert buffers.pool.nbytes == 1024
+    buffers.pool.clear()
+
+
 def test_the_pool_keeps_at_most_pool_bytes_and_counts_what_it_holds(monkeypatch):
     monkeypatch.setattr(buffers, "POOL_BYTES", 3000)
     buffers.pool.clear()

@@ -31,7 +31,9 @@ class _Pool:
     a release runs for every array a batch frees)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Re-entrant: any allocation under the lock (in take) may run the garbage collector, whose
+        # finalizers call release on this same thread (a plain Lock deadlocked the reader's I/O thread).
+        self.lock = threading.RLock()
         self.free: list[np.ndarray] = []
         self.nbytes = 0
 

@@ -14,6 +14,7 @@ holds it; that batch is then freed where the loop drops it, as before.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections import deque
@@ -23,7 +24,9 @@ __all__ = ["Retiring"]
 
 _QUEUE: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
 _THREAD: threading.Thread | None = None
+_PID = 0  # the process whose thread _THREAD is: a forked child has none (only the forking thread survives)
 _START = threading.Lock()
+_ORPHANED: list[Any] = []  # a forked child's inherited queue, kept: the parent's thread waited on its lock
 
 
 def _drop_forever() -> None:
@@ -32,13 +35,18 @@ def _drop_forever() -> None:
 
 
 def _drop_later(item: Any) -> None:
-    """Hands ``item`` to the one process-wide thread that drops references (started on first use)."""
-    global _THREAD
-    if _THREAD is None:
+    """Hands ``item`` to this process's thread that drops references (started on first use, and again in a
+    forked child that uses it: nothing is done at fork time, so a child that never does pays nothing)."""
+    global _QUEUE, _THREAD, _PID
+    if _PID != os.getpid():
         with _START:
-            if _THREAD is None:
+            if _PID != os.getpid():
+                if _THREAD is not None:  # inherited from the parent, without its thread
+                    _ORPHANED.append(_QUEUE)
+                    _QUEUE = queue.SimpleQueue()
                 _THREAD = threading.Thread(target=_drop_forever, name="reader release", daemon=True)
                 _THREAD.start()
+                _PID = os.getpid()
     _QUEUE.put(item)
 
 
