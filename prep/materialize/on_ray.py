@@ -44,15 +44,21 @@ def _released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
         pa.default_memory_pool().release_unused()
 
 
-def _holder(fn: Callable[..., Iterator], threads: int, *args: Any) -> Iterator:
-    """A holder call on one node, as a Ray generator task: ``fn(*args, executor)`` with a local executor of
-    ``threads`` threads, each result streamed to the driver as its split is written (the progress bar)."""
-    use_worker_env()
+def _hold(fn: Callable[..., Iterator], threads: int, *args: Any) -> Iterator:
+    """A holder call: ``fn(*args, executor)`` with a local executor of ``threads`` threads, its results as
+    its splits are written; the held rows' memory goes back to the OS at the end."""
     try:
         with local.LocalExecutor(threads) as threads_here:
             yield from fn(*args, threads_here)
     finally:
         pa.default_memory_pool().release_unused()
+
+
+def _holder(fn: Callable[..., Iterator], threads: int, *args: Any) -> Iterator:
+    """A holder call on one node, as a Ray generator task, each result streamed to the driver as its split
+    is written (the progress bar)."""
+    use_worker_env()
+    yield from _hold(fn, threads, *args)
 
 
 def _may_run(node: Mapping[str, Any], resources: Mapping[str, float]) -> bool:
@@ -165,15 +171,12 @@ class _HeldHere:
     def _run(self) -> None:
         try:
             args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in self._call.args]  # as a task gets them
-            with local.LocalExecutor(self._threads) as threads_here:
-                for result in self._call.fn(*args, threads_here):
-                    self.results.put((True, result))
-                    if self._stop.is_set():
-                        break
+            for result in _hold(self._call.fn, self._threads, *args):
+                self.results.put((True, result))
+                if self._stop.is_set():
+                    break
         except BaseException as exc:  # handed to the driver's thread, which raises it
             self.results.put((False, exc))
-        finally:
-            pa.default_memory_pool().release_unused()  # the held rows' memory back to the OS, as a task does
         self.results.put((False, None))
 
     def close(self) -> None:
