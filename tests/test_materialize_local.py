@@ -18,8 +18,7 @@ import tables
 from prep.cli import main as cli_main
 from prep.errors import PrepError
 from prep.contracts.manifest import Manifest
-from prep.materialize import local, materialize_shuffle
-from prep.materialize.table import hold_groups
+from prep.materialize import materialize_shuffle
 from prep.materialize.verify import verify
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,48 +51,6 @@ def test_local_and_ray_executors_write_identical_outputs(synthetic, tmp_path, ra
     here = materialize_shuffle(output=str(tmp_path / "local"), executor="local", **kw)
     _same_output(str(tmp_path / "ray"), str(tmp_path / "local"), on_ray, here)
     assert verify(str(tmp_path / "local")).ok
-
-
-@pytest.mark.parametrize("strategy,clump", [("random", 1), ("hash", 1), ("random", 64)])
-def test_local_executor_beyond_its_memory_budget_writes_the_same(synthetic, tmp_path, monkeypatch, strategy, clump):
-    """Rows that do not fit: groups of splits (small clumps) or per-split takes (large clumps)."""
-    kw = dict(table=synthetic, epochs=2, splits=7, strategy=strategy, clump=clump, executor="local", read_rows=300)
-    whole = materialize_shuffle(output=str(tmp_path / "whole"), **kw)
-    monkeypatch.setattr(local, "HOLD_BYTES", 40_000)  # the table is ~1 MB: 7 groups of one split
-    assert len(hold_groups(7, 1_000_000, local.HOLD_BYTES)) == 7
-    parts = materialize_shuffle(output=str(tmp_path / "parts"), **kw)
-    _same_output(str(tmp_path / "whole"), str(tmp_path / "parts"), whole, parts)
-
-
-@pytest.mark.parametrize("strategy,clump", [("random", 1), ("random", 64)])
-def test_ray_executor_beyond_one_holder_writes_the_same(synthetic, tmp_path, monkeypatch, ray_local, strategy, clump):
-    """Small clumps needing many holders go through the gather pass; large clumps take from the table."""
-    from prep.materialize import gather, on_ray
-
-    kw = dict(table=synthetic, epochs=2, splits=7, strategy=strategy, clump=clump, read_rows=300)
-    whole = materialize_shuffle(output=str(tmp_path / "whole"), executor="local", **kw)
-    monkeypatch.setattr(local, "HOLD_BYTES", 40_000)  # the table is ~1 MB: 7 groups of one split, more than gathering needs
-    gathered = []
-    monkeypatch.setattr("prep.materialize.table.gather_pieces", lambda *a: gathered.append(1) or gather.gather_pieces(*a))
-    monkeypatch.setattr(on_ray.RayExecutor, "run_holders", lambda *a: pytest.fail("no holder fits these rows"))
-    parts = materialize_shuffle(output=str(tmp_path / "parts"), executor="ray", **kw)
-    assert gathered == ([1] if clump == 1 else [])
-    _same_output(str(tmp_path / "whole"), str(tmp_path / "parts"), whole, parts)
-
-
-def test_ray_executor_runs_one_holder_per_node_each_on_the_node_s_cpus(synthetic, tmp_path, monkeypatch, ray_local):
-    from prep.materialize import on_ray
-
-    kw = dict(table=synthetic, epochs=2, splits=5, strategy="random", read_rows=300)
-    whole = materialize_shuffle(output=str(tmp_path / "whole"), executor="local", **kw)
-    monkeypatch.setattr(on_ray, "_nodes_cpus", lambda resources: [1, 1, 1])  # three nodes of one CPU
-    seen = []
-    real = on_ray.RayExecutor.run_holders
-    monkeypatch.setattr(on_ray.RayExecutor, "run_holders", lambda self, calls, on_done: seen.append(
-        ([c.where for c in calls], self._threads)) or real(self, calls, on_done))
-    held = materialize_shuffle(output=str(tmp_path / "held"), executor="ray", **kw)
-    assert seen == [(["splits 0..1", "splits 2..3", "splits 4..4"], 1)]
-    _same_output(str(tmp_path / "whole"), str(tmp_path / "held"), whole, held)
 
 
 def _two_splits(marker: str, executor) -> Iterator[str]:

@@ -178,11 +178,11 @@ def test_a_run_killed_midway_then_rerun_writes_what_an_uninterrupted_run_writes_
     assert [e.source_tokens for e in on_ray.epochs] == [e.source_tokens for e in clean.epochs]
 
 
-def test_taking_rows_from_the_tables_writes_what_holding_them_writes(tables, tmp_path, monkeypatch):
+def test_taking_rows_from_the_tables_writes_what_holding_them_writes(tables, tmp_path):
     plan = mixture(tables, {"gsm8k": 3, "other": 1}, gsm8k={"filter": "length <= 200"})
     held = materialize_mixture(mixture=plan, output=str(tmp_path / "held"), epochs=1, executor="local")
-    monkeypatch.setattr("prep.materialize.local.HOLD_BYTES", 0)  # too big to hold: each split takes from the tables
-    taken = materialize_mixture(mixture=plan, output=str(tmp_path / "taken"), epochs=1, executor="local", read_rows=7)
+    taken = materialize_mixture(mixture=plan, output=str(tmp_path / "taken"), epochs=1, executor="local", read_rows=7,
+                                max_memory="1MiB")  # too big to hold: each split takes from the tables
     assert [e.splits for e in taken.epochs] == [e.splits for e in held.epochs]
     assert taken.mixture[0].selected_rows < taken.mixture[0].num_rows
     assert verify(str(tmp_path / "taken")).ok

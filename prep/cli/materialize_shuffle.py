@@ -64,8 +64,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto (default): Ray when a cluster is given (--ray-address, RAY_ADDRESS), else threads in this "
                    "process; ray: Ray even on one machine (starts a local one); local: this process. Outputs are identical")
     p.add_argument("--num-cpus", type=at_least(1), help="threads of the local run, or CPUs of a local Ray (default: all)")
+    p.add_argument("--max-memory", type=_size, metavar="SIZE",
+                   help="memory the run may use beyond its fixed base, per node, e.g. 512MiB or 8GiB (default: a quarter "
+                        "of this machine's memory); rows beyond it are spilled to disk and read back once")
+    p.add_argument("--spill-dir", help="where rows beyond --max-memory are spilled (default: OUT/_work; for an s3:// "
+                                       "output on one node, this machine's temp dir)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=run)
+
+
+def _size(text: str) -> int:
+    from prep.materialize.budget import parse_size
+
+    try:
+        return parse_size(text)
+    except PrepError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 _TABLE_ONLY = {"strategy": "random", "hash_columns": ["id"], "clump": 1, "seed": 0, "filter": None, "columns": None}
@@ -78,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     options = dict(output=args.output, epochs=args.epochs, start_epoch=args.start_epoch, overwrite=args.overwrite,
                    extend=args.extend,
                    read_rows=args.read_rows, lance_format=args.lance_format, ray_address=args.ray_address,
-                   num_cpus=args.num_cpus, executor=args.executor, ray_resources=args.ray_resources)
+                   num_cpus=args.num_cpus, executor=args.executor, ray_resources=args.ray_resources,
+                   max_memory=args.max_memory, spill_dir=args.spill_dir)
     if args.mixture:
         given = [f"--{k.replace('_', '-')}" for k, v in _TABLE_ONLY.items() if getattr(args, k) != v]
         if given:

@@ -5,7 +5,7 @@ per row (measured: a full random epoch of GSM8K x16 in 0.4 s on 2 threads vs
 1.4 s through Lance), so both executors hand a split task the rows it needs
 when they can: a holder as all the rows of its group of splits, read in one
 sequential pass (:func:`hold_splits`, on either executor), the Ray executor's
-gather pass as the pieces it cut for the split (:mod:`prep.materialize.gather`).
+spilled group as its rows read back from disk (:mod:`prep.materialize.spill`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep import plan
+from prep.materialize.options import PICK_ROWS
 from prep.materialize.resolved import ResolvedTable, dataset
 from prep.materialize.rows import read_range
 from prep.plan.spec import PlanSpec
@@ -25,7 +26,6 @@ __all__ = ["Held", "rows_at", "hold_splits", "reads_scattered", "SCATTERED_BELOW
 
 SCATTERED_BELOW_CLUMP = 16  # clumps smaller than this make a Lance take read scattered rows (see reads_scattered)
 SLICE_FROM_RUN_ROWS = 16  # average run length from which runs are sliced rather than taken (see Held._pick)
-PICK_ROWS = 65536  # rows taken from the held pieces at once: each take touches every piece (~0.5 CPU-s less than 16k at 1 M rows)
 
 
 def reads_scattered(p: PlanSpec) -> bool:
@@ -62,14 +62,15 @@ class Held:
         if int(self._starts[-1]) != len(positions):
             raise ValueError(f"{int(self._starts[-1])} rows held for {len(positions)} positions")
 
-    def batches(self, order: np.ndarray, batch_rows: int) -> Iterator[pa.RecordBatch]:
-        """The rows at positions ``order`` (all held), in that order, ``batch_rows`` at a time."""
+    def batches(self, order: np.ndarray, batch_rows: int, pick_rows: int = PICK_ROWS) -> Iterator[pa.RecordBatch]:
+        """The rows at positions ``order`` (all held), in that order, ``batch_rows`` at a time, taken about
+        ``pick_rows`` at once."""
         first, count = (int(self.positions[0]), len(self.positions)) if len(self.positions) else (0, 0)
         if count and int(self.positions[-1]) - first == count - 1:  # a range of positions (all rows held)
             local = np.asarray(order, dtype=np.int64) - first
         else:
             local = np.searchsorted(self.positions, order)
-        step = batch_rows * max(1, PICK_ROWS // batch_rows)  # whole batches, taken a few at a time
+        step = batch_rows * max(1, pick_rows // batch_rows)  # whole batches, taken a few at a time
         for i in range(0, len(local), step):
             yield from from_byte_view(self._pick(local[i : i + step]), self.schema).to_batches(max_chunksize=batch_rows)
 

@@ -6,8 +6,8 @@ nothing, since Lance and Arrow release the GIL while they read, take, hash
 and write. It takes the same calls as the Ray executor
 (:class:`prep.materialize.on_ray.RayExecutor`), which runs this executor inside
 each of its holder tasks: a holder (:meth:`LocalExecutor.run_holders`) reads rows
-in sequential passes, holds them (within :data:`HOLD_BYTES`) and hands each split
-call the rows it needs (:mod:`prep.materialize.table`, :mod:`prep.materialize.mixture`).
+in sequential passes, holds them (within its :class:`~prep.materialize.budget.Budget`) and
+hands each split call the rows it needs (:mod:`prep.materialize.table`, :mod:`prep.materialize.mixture`).
 Outputs are identical.
 """
 
@@ -17,25 +17,29 @@ import os
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, as_completed, wait
 from typing import Any, Callable, Iterator, Sequence
 
+from prep.materialize.budget import Budget, default_max_memory
 from prep.materialize.resolved import Call, run_task
 
-__all__ = ["HOLD_BYTES", "LocalExecutor"]
+__all__ = ["LocalExecutor", "default_budget"]
 
-HOLD_BYTES = 2 << 30  # Arrow bytes of selected rows one holder keeps in memory at once
+
+def default_budget() -> Budget:
+    """The budget of a run that names none: a quarter of this machine's memory."""
+    return Budget(default_max_memory())
 
 
 class LocalExecutor:
-    """Runs calls on ``num_cpus`` threads (default: the CPUs of this machine); a context manager.
+    """Runs calls on ``num_cpus`` threads (default: the CPUs of this machine) within ``budget``; a context manager.
 
     Leaving it (an error or Ctrl-C included) drops the calls not started; the running ones finish their split.
     """
 
-    gathers = False  # no object store: rows that need many holders are held group after group
-
-    def __init__(self, num_cpus: int | None) -> None:
-        self.hold_bytes = HOLD_BYTES  # the driver's memory is the tasks' memory: rows read once serve every task
+    def __init__(self, num_cpus: int | None, budget: Budget | None = None) -> None:
+        self.budget = budget or default_budget()  # the driver's memory is the tasks' memory: rows read once serve every task
+        self.hold_bytes = self.budget.hold_bytes
         self.min_holders = 1  # one process: its holders run one after another on all its threads
-        self._pool = ThreadPoolExecutor(num_cpus or os.cpu_count() or 1, thread_name_prefix="prep-materialize")
+        self.threads = num_cpus or os.cpu_count() or 1
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="prep-materialize")
 
     def __enter__(self) -> "LocalExecutor":
         return self

@@ -15,10 +15,10 @@ index in a ``uint16`` ``source`` column, and every done record counts the rows a
 tokens each source put in its split (the manifest sums them per epoch).
 
 Where the rows come from: when all selected rows of all sources fit in one holder's
-``hold_bytes``, a holder (:meth:`~prep.materialize.resolved.TaskExecutor.run_holders`:
+budget (``--max-memory``, :class:`prep.materialize.budget.Budget`), a holder (:meth:`~prep.materialize.resolved.TaskExecutor.run_holders`:
 this process locally, a task on each node on Ray) holds them after one scan per
 source and writes its splits from them (like a single-table full random run);
-otherwise each split takes its rows from each table with Lance takes.
+otherwise each split takes its rows from each table with Lance takes, a budget's batch at a time.
 """
 
 from __future__ import annotations
@@ -167,7 +167,10 @@ class MixtureRun:
             at = mixplan.split_positions(mix.epoch_rows, mix.global_batch, p.num_splits, s)
             seq = self._sequences[e]
             pairs.append((e, s, seq.source[at], seq.row[at]))
-        if _held_bytes(job) <= executor.hold_bytes:
+        held_bytes, budget = _held_bytes(job), executor.budget
+        row_bytes = held_bytes // max(1, sum(s.selected for s in job.sources))
+        job = replace(job, read_rows=budget.rows(budget.write_bytes(executor.threads), row_bytes, job.read_rows))
+        if held_bytes <= executor.hold_bytes:
             count = min(len(pairs), executor.min_holders)  # each holds every source: one per node, no more
             calls = [Call("holding the sources", _write_held, (job, pairs[i::count])) for i in range(count)]
             return executor.run_holders(calls, on_done)
@@ -259,7 +262,7 @@ def _split_batches(job: ResolvedMixture, src: np.ndarray, row: np.ndarray,
                    held: tuple[Held, np.ndarray] | None) -> Iterator[pa.RecordBatch]:
     if held is not None:
         rows, starts = held
-        yield from rows.batches(starts[src] + row, job.read_rows)
+        yield from rows.batches(starts[src] + row, job.read_rows, 4 * job.read_rows)
         return
     for i in range(0, len(src), job.read_rows):
         yield from _taken(job, src[i:i + job.read_rows], row[i:i + job.read_rows]).to_batches(max_chunksize=job.read_rows)

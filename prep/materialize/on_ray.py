@@ -4,16 +4,16 @@ Chosen when there is a cluster to use (:func:`prep.runtime.ray_cluster.use_ray`)
 It takes the same calls as the local executor (:class:`prep.materialize.local.LocalExecutor`).
 A holder call (:meth:`RayExecutor.run_holders`) takes a node's CPUs and runs the local
 executor there: it holds its group's rows and writes its splits on that node's threads,
-so a run on Ray does what a local run does, with one holder per node at least. The first
-holder runs in the driver when the driver's node may run one, its CPUs reserved for it
-(a placement group on that node): a Ray worker would first import Ray, pyarrow and Lance,
-~3 CPU-s a job on a one-node Ray, more than a GSM8K x16 epoch's whole materialize costs.
-The others are Ray generator tasks, each streaming its splits' results to the driver as
-they are written. Shared values go to the object
-store (:meth:`RayExecutor.put`); rows too many for a few holders go through the
-gather pass (:mod:`prep.materialize.gather`, map tasks through :meth:`RayExecutor.scatter`).
-A task's error cancels the others and is re-raised in the driver as one line naming
-where it happened.
+so a run on Ray does what a local run does, every node working. When the driver's node
+may run holders, its share of them (every ``N``-th call, ``N`` the eligible nodes) runs in
+the driver, one after another, its CPUs reserved for it (a placement group on that node):
+a Ray worker would first import Ray, pyarrow and Lance, ~3 CPU-s a job on a one-node
+Ray, more than a GSM8K x16 epoch's whole materialize costs. The others are Ray generator
+tasks on the other nodes, each streaming its splits' results to the driver as they are
+written; none is ever submitted for the driver's node, whose CPUs the reservation holds
+(a one-node Ray runs every holder in the driver). Shared values go to the object store
+(:meth:`RayExecutor.put`). A task's error cancels the others and is re-raised in the
+driver as one line naming where it happened.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ray.util.placement_group import NODE_ID_LABEL_KEY, placement_group, remove_
 
 from prep.errors import PrepError, one_line
 from prep.materialize import local
+from prep.materialize.budget import Budget
 from prep.materialize.resolved import Call, run_task
 from prep.runtime.ray_cluster import init_ray, use_worker_env
 
@@ -44,21 +45,21 @@ def _released(fn: Callable[..., Any], where: str, *args: Any) -> Any:
         pa.default_memory_pool().release_unused()
 
 
-def _hold(fn: Callable[..., Iterator], threads: int, *args: Any) -> Iterator:
-    """A holder call: ``fn(*args, executor)`` with a local executor of ``threads`` threads, its results as
+def _hold(fn: Callable[..., Iterator], threads: int, budget: Budget, *args: Any) -> Iterator:
+    """A holder call: ``fn(*args, executor)`` with a local executor of ``threads`` threads within ``budget``, its results as
     its splits are written; the held rows' memory goes back to the OS at the end."""
     try:
-        with local.LocalExecutor(threads) as threads_here:
+        with local.LocalExecutor(threads, budget) as threads_here:
             yield from fn(*args, threads_here)
     finally:
         pa.default_memory_pool().release_unused()
 
 
-def _holder(fn: Callable[..., Iterator], threads: int, *args: Any) -> Iterator:
+def _holder(fn: Callable[..., Iterator], threads: int, budget: Budget, *args: Any) -> Iterator:
     """A holder call on one node, as a Ray generator task, each result streamed to the driver as its split
     is written (the progress bar)."""
     use_worker_env()
-    yield from _hold(fn, threads, *args)
+    yield from _hold(fn, threads, budget, *args)
 
 
 def _may_run(node: Mapping[str, Any], resources: Mapping[str, float]) -> bool:
@@ -84,24 +85,25 @@ def _driver_node(resources: Mapping[str, float]) -> str | None:
 class RayExecutor:
     """Runs calls as Ray tasks (1 CPU each, retried twice, on nodes offering ``resources``); a context manager.
 
-    Holder calls take the CPUs of the smallest node that may run them, and there
-    are as many as nodes at least (:attr:`min_holders`), so that every node works.
+    Holder calls take the CPUs of the smallest node that may run them; runs make as many as
+    nodes at least (:attr:`min_holders`), so that every node works.
 
     Args:
         address: cluster to join (default ``RAY_ADDRESS``, else a local Ray).
         num_cpus: CPUs of a local Ray (default: all).
         resources: custom Ray resources each task asks for (pins tasks to nodes).
+        budget: the memory a holder may use on its node (default: a quarter of this machine's).
     """
 
-    gathers = True  # rows too many for a few holders go through the object store (the gather pass)
-
-    def __init__(self, address: str | None, num_cpus: int | None, resources: Mapping[str, float] | None = None) -> None:
+    def __init__(self, address: str | None, num_cpus: int | None, resources: Mapping[str, float] | None = None,
+                 budget: Budget | None = None) -> None:
         init_ray(address, num_cpus=num_cpus)
         wanted = dict(resources) if resources else None
         nodes = _nodes_cpus(wanted or {}) or [1]
-        self.hold_bytes = local.HOLD_BYTES  # per holder, in a worker's (or the driver's) memory
+        self.budget = budget or local.default_budget()  # per holder: one runs at a time on a node
+        self.hold_bytes = self.budget.hold_bytes
         self.min_holders = len(nodes)
-        self._threads = min(nodes)
+        self.threads = self._threads = min(nodes)
         self._driver_node = _driver_node(wanted or {})
         self._remote = ray.remote(num_cpus=1, max_retries=2, resources=wanted)(_released)
         self._holder = ray.remote(num_cpus=self._threads, max_retries=2, resources=wanted)(_holder)
@@ -116,11 +118,6 @@ class RayExecutor:
         """A value every call shares, put in the object store once (None stays None)."""
         return ray.put(value) if value is not None else None
 
-    def scatter(self, calls: Sequence[Call], num_returns: int) -> list[list]:
-        """Submits the calls without waiting, each returning ``num_returns`` values; their refs, [call][value]."""
-        refs = [self._remote.options(num_returns=num_returns).remote(c.fn, c.where, *c.args) for c in calls]
-        return [r if isinstance(r, list) else [r] for r in refs]
-
     def run(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
         """The calls' results in order (``on_done`` as each arrives); the first failure cancels the rest.
 
@@ -131,18 +128,20 @@ class RayExecutor:
 
     def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
         """Holder calls (``fn(*args, executor)``, yielding results), each running a local executor on one node:
-        the first in this driver when its node may run one (:class:`_HeldHere`), the others as Ray generator
-        tasks; their results, in the order they arrive (``on_done`` as each does).
+        every ``N``-th (``N`` the eligible nodes) in this driver, one after another, when its node may run them
+        (:class:`_HeldHere`), the others as Ray generator tasks, which only the other nodes can take; their
+        results, in the order they arrive (``on_done`` as each does).
 
         Raises:
             PrepError: the first holder that failed, as it names its error.
         """
         if not calls:
             return []
-        here = _HeldHere(calls[0], self._driver_node, self._threads) if self._driver_node else None
+        step = self.min_holders
+        here = _HeldHere(calls[::step], self._driver_node, self._threads, self.budget) if self._driver_node else None
         try:
-            remote = calls[1:] if here else calls
-            streams = [self._holder.options(num_returns="streaming").remote(c.fn, self._threads, *c.args)
+            remote = [c for i, c in enumerate(calls) if i % step] if here else calls
+            streams = [self._holder.options(num_returns="streaming").remote(c.fn, self._threads, self.budget, *c.args)
                        for c in remote]
             return _collect(streams, on_done, streamed=True, here=here)
         finally:
@@ -151,13 +150,13 @@ class RayExecutor:
 
 
 class _HeldHere:
-    """One holder call run in the driver, on a thread, once its node's ``threads`` CPUs are reserved for it
-    (so Ray schedules nothing else on them, the other holders included); its results are queued for
-    :func:`_drain`, which reports them on the driver's thread as it does a task's."""
+    """Holder calls run in the driver, one after another on a thread, once its node's ``threads`` CPUs are
+    reserved for them (so Ray schedules nothing else on them, the other holders included); their results are
+    queued for :func:`_drain`, which reports them on the driver's thread as it does a task's."""
 
-    def __init__(self, call: Call, node: str, threads: int) -> None:
+    def __init__(self, calls: Sequence[Call], node: str, threads: int, budget: Budget) -> None:
         self.results: queue.SimpleQueue = queue.SimpleQueue()
-        self._call, self._threads, self._stop = call, threads, threading.Event()
+        self._calls, self._threads, self._budget, self._stop = calls, threads, budget, threading.Event()
         self._reserved = placement_group([{"CPU": threads}], strategy="STRICT_PACK",
                                          bundle_label_selector=[{NODE_ID_LABEL_KEY: node}])
         try:  # reserved before any holder task is submitted, so that none is placed on this node
@@ -170,11 +169,12 @@ class _HeldHere:
 
     def _run(self) -> None:
         try:
-            args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in self._call.args]  # as a task gets them
-            for result in _hold(self._call.fn, self._threads, *args):
-                self.results.put((True, result))
-                if self._stop.is_set():
-                    break
+            for call in self._calls:
+                args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in call.args]  # as a task gets them
+                for result in _hold(call.fn, self._threads, self._budget, *args):
+                    self.results.put((True, result))
+                    if self._stop.is_set():
+                        return self.results.put((False, None))
         except BaseException as exc:  # handed to the driver's thread, which raises it
             self.results.put((False, exc))
         self.results.put((False, None))

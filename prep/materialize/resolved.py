@@ -17,7 +17,8 @@ from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError, one_line
 from prep.contracts.manifest import Epoch, Manifest
-from prep.materialize.options import DEFAULT_LANCE_FORMAT, READ_ROWS
+from prep.materialize.budget import Budget
+from prep.materialize.options import DEFAULT_LANCE_FORMAT, PICK_ROWS, READ_ROWS
 from prep.plan.spec import PlanSpec
 
 __all__ = ["ResolvedTable", "Call", "TaskExecutor", "resolved_for_manifest", "dataset", "run_task"]
@@ -38,6 +39,8 @@ class ResolvedTable:
         selection: URI of the filter sidecar, or None without ``--filter``.
         s3: resolved S3 options (shipped to workers).
         read_rows: rows per Lance ``take`` and per written batch.
+        pick_rows: rows taken from held rows at once (a whole number of written batches).
+        spill_dir: where rows beyond the memory budget are spilled (None: :func:`prep.materialize.spill.spill_root`).
         lance_format: Lance data storage version of the split datasets.
         run_id: unique per run: workers cache open datasets per run, since
             ``_work`` datasets are rewritten at the same URI by a later run.
@@ -53,8 +56,10 @@ class ResolvedTable:
     selection: str | None = None
     s3: storage.S3Options = field(default_factory=storage.S3Options)
     read_rows: int = READ_ROWS
+    pick_rows: int = PICK_ROWS
     lance_format: str = DEFAULT_LANCE_FORMAT
     run_id: str = ""
+    spill_dir: str | None = None
 
     def lance_options(self, uri: str) -> dict[str, str] | None:
         return storage.lance_storage_options(uri, self.s3)
@@ -75,9 +80,10 @@ class Call(NamedTuple):
 class TaskExecutor(Protocol):
     """What both executors offer (:class:`prep.materialize.local.LocalExecutor`, :class:`prep.materialize.on_ray.RayExecutor`)."""
 
-    hold_bytes: int  # bytes of rows one holder may keep in memory for its split calls
+    budget: Budget  # the memory one holder may use (one holder runs at a time per node)
+    hold_bytes: int  # bytes of rows one holder may keep in memory for its split calls (``budget.hold_bytes``)
     min_holders: int  # holders that keep every CPU of the executor busy (one per node)
-    gathers: bool  # whether it can cut rows into pieces per split through an object store (``scatter``)
+    threads: int  # threads of one holder (the CPUs of the smallest node it may run on)
 
     def put(self, value: Any) -> Any:
         """``value`` as the tasks receive it (shared once, not copied per call)."""

@@ -129,10 +129,10 @@ def executor_for(options: RunOptions, on_ray: bool) -> TaskExecutor:
     if on_ray:
         from prep.materialize.on_ray import RayExecutor  # imports Ray: only when it is used
 
-        return RayExecutor(options.ray_address, options.num_cpus, options.ray_resources)
+        return RayExecutor(options.ray_address, options.num_cpus, options.ray_resources, options.budget)
     from prep.materialize.local import LocalExecutor
 
-    return LocalExecutor(options.num_cpus)
+    return LocalExecutor(options.num_cpus, options.budget)
 
 
 def _epochs(job: ResolvedRun, line: Lineage, epochs: Sequence[int],

@@ -1,21 +1,20 @@
 """A single table's run: resolve, the filter sidecar, the split tasks, the manifest (:class:`TableRun`).
 
-Where a split task gets its rows is the same on both executors:
+Where a split task gets its rows is the same on both executors, chosen by the run's
+memory budget (:class:`~prep.materialize.budget.Budget`, ``--max-memory``):
 
-- held (the default): holders (:meth:`~prep.materialize.resolved.TaskExecutor.run_holders`)
-  each read the selected rows in one sequential pass, keep those of their group of
-  splits in memory (:mod:`prep.materialize.held`, within ``hold_bytes``:
-  :data:`~prep.materialize.local.HOLD_BYTES`) and write the group's splits from them on
-  their threads. Locally the holders run one after another in this process; on Ray
-  each is a task that takes a node's CPUs, one per node at least.
-- taken: when the selected rows do not fit in one holder and clumps are large
-  (``sequential`` included), each split task takes its rows from the table with Lance
-  takes, which such clumps make nearly scans (memory: a few read batches a task).
-- gathered (Ray only): when small clumps would need more than :data:`GATHER_FROM_GROUPS`
-  holders, each reading the whole selection, map tasks read it once and cut it into
-  pieces per split through the object store (:mod:`prep.materialize.gather`).
+- held: when the selected rows fit one holder's budget on a one-node run, a holder
+  (:meth:`~prep.materialize.resolved.TaskExecutor.run_holders`) reads them in one
+  sequential pass, keeps them in memory (:mod:`prep.materialize.held`) and writes every
+  split from them on its threads.
+- taken: when clumps are large (``sequential`` included) and the rows do not fit or
+  there are several nodes, each split task takes its rows from the table with Lance
+  takes, which such clumps make nearly scans (memory: a few written batches a task).
+- spilled: otherwise, a two-pass external shuffle (:mod:`prep.materialize.spill`): the
+  table is read once, each row routed to the spill file of its group of splits, then
+  each group is read back once, held and written. Cost and memory are linear at any
+  table/budget ratio, and on several nodes every row is read once, not once per node.
 """
-
 from __future__ import annotations
 
 import logging
@@ -34,25 +33,24 @@ from prep.contracts.materialized import WORK
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
 from prep.materialize.faults import kill_point
-from prep.materialize.gather import gather_pieces, write_gathered
+from prep.materialize import spill
 from prep.materialize.held import hold_splits, reads_scattered
 from prep.materialize.resolved import Call, ResolvedTable, TaskExecutor, dataset, run_task
 from prep.materialize.options import RunOptions
 from prep.materialize.run import materialize
 from prep.materialize.rows import bytes_per_row, hash_keys_for, selection_fingerprint, write_selection
-from prep.materialize.write import write_split
+from prep.materialize.write import output_schema, write_split, write_split_dataset
+from prep.plan import split_rows, split_size
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
 
 if TYPE_CHECKING:
     from prep.materialize.local import LocalExecutor
 
-__all__ = ["materialize_shuffle", "TableRun", "hold_groups"]
+__all__ = ["materialize_shuffle", "TableRun", "hold_groups", "SEGMENT_BYTES"]
 
 log = logging.getLogger("prep.materialize")
-_READ_BYTES = 64 << 20  # rows per sequential read while holding: about this many bytes
-# Holding reads the whole selection once per group; the gather pass reads it once and moves every row
-# through the object store. With more groups than this, an executor with an object store gathers.
-GATHER_FROM_GROUPS = 4
+_READ_BYTES = 64 << 20  # rows per sequential read: about this many bytes at most (less within a small budget)
+SEGMENT_BYTES = 4 << 30  # rows one spill segment routes at most: a killed run's rerun keeps finished segments
 
 
 def hold_groups(num_splits: int, total_bytes: int, hold_bytes: int, at_least: int = 1) -> list[range]:
@@ -73,6 +71,28 @@ def _write_group(job: ResolvedTable, group: range, pairs: Sequence[tuple[int, in
     ``pairs`` written from them on ``executor``'s threads, each record as its split is done."""
     held = run_task(hold_splits, f"reading the rows of splits {group.start}..{group.stop - 1}", job, group, keys, chunk_rows)
     yield from executor.as_done([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys, held)) for e, s in pairs])
+
+
+def _route(job: ResolvedTable, layout: spill.SpillLayout, root: str, segments: Sequence[int], keys: np.ndarray | None,
+           read_rows: int, executor: LocalExecutor) -> Iterator[int]:
+    """A spilling holder, route pass: its ``segments`` routed to the spill on ``executor``'s threads."""
+    yield from executor.as_done([Call(f"spilling rows [{layout.segments[i][0]}, {layout.segments[i][1]})",
+                                      spill.route_segment, (job, layout, root, i, keys, read_rows)) for i in segments])
+
+
+def _write_spilled(job: ResolvedTable, layout: spill.SpillLayout, root: str, group: int, pairs: Sequence[tuple[int, int]],
+                   keys: np.ndarray | None, parts: int, executor: LocalExecutor) -> Iterator[DoneRecord]:
+    """A spilling holder, write pass: group ``group``'s rows read back once and its (epoch, split) ``pairs``
+    written from them on ``executor``'s threads; a split above the budget (``parts`` > 1) in parts."""
+    first, stop = layout.groups[group]
+    if parts == 1:
+        held = run_task(spill.read_group, f"reading the spilled rows of splits {first}..{stop - 1}", job, root, layout, group)
+        yield from executor.as_done([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys, held)) for e, s in pairs])
+        return
+    for e, s in pairs:
+        order = split_rows(split=s, epoch=e, hash_keys=keys, **job.split_kwargs())
+        batches = spill.split_parts(job, root, layout, group, order, parts)
+        yield run_task(write_split_dataset, f"epoch {e} split {s}", job, e, s, output_schema(job), batches)
 
 
 class TableRun:
@@ -110,7 +130,7 @@ class TableRun:
             raise PrepError(f"--hash-columns {list(spec.hash_columns)} must name columns of {uri}; it has {names}")
         return ResolvedTable(source=uri, version=version, columns=tuple(columns), plan=spec, num_selected=total, output=output,
                    fingerprint=spec.fingerprint(uri, version), s3=s3, read_rows=options.read_rows,
-                   lance_format=options.lance_format, run_id=uuid.uuid4().hex)
+                   lance_format=options.lance_format, run_id=uuid.uuid4().hex, spill_dir=options.spill_dir)
 
     def prepare(self, job: ResolvedTable, epochs: range) -> ResolvedTable:
         """With a filter: the selection sidecar (kept from an interrupted run of the same plan) and its row count."""
@@ -134,21 +154,57 @@ class TableRun:
     def write(self, job: ResolvedTable, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
               on_done: Callable[[], None]) -> list[DoneRecord]:
         """Writes the (epoch, split) pairs in ``todo`` (module docstring: where their rows come from)."""
-        keys = executor.put(hash_keys_for(job, self.source) if job.plan.strategy == "hash" else None)
+        raw_keys = hash_keys_for(job, self.source) if job.plan.strategy == "hash" else None
+        keys = executor.put(raw_keys)
         row_bytes = bytes_per_row(job, self.source)
         total = row_bytes * job.num_selected
-        if total > executor.hold_bytes and not reads_scattered(job.plan):  # large clumps: takes are nearly scans
+        budget, threads = executor.budget, executor.threads
+        batch = budget.rows(budget.write_bytes(threads), row_bytes, job.read_rows)
+        job = replace(job, read_rows=batch, pick_rows=budget.rows(4 * budget.write_bytes(threads), row_bytes, job.pick_rows))
+        read_rows = budget.rows(budget.read_bytes(threads), row_bytes, max(job.read_rows, _READ_BYTES // row_bytes))
+        one_node = executor.min_holders == 1
+        if total <= budget.hold_bytes and one_node:
+            every = range(job.plan.num_splits)
+            return executor.run_holders([Call("holding the selected rows", _write_group, (job, every, todo, keys, read_rows))],
+                                        on_done)
+        if not reads_scattered(job.plan):  # large clumps: takes are nearly scans
             return executor.run([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys)) for e, s in todo], on_done)
-        if executor.gathers and len(hold_groups(job.plan.num_splits, total, executor.hold_bytes)) > GATHER_FROM_GROUPS:
-            pieces = gather_pieces(job, self.source, executor, keys)
-            calls = [Call(f"epoch {e} split {s}", write_gathered, (job, e, s, keys, *[c[s] for c in pieces])) for e, s in todo]
-            del pieces  # the running tasks hold what they still need
-            return executor.run(calls, on_done)
-        chunk_rows = max(job.read_rows, _READ_BYTES // row_bytes)
-        groups = hold_groups(job.plan.num_splits, total, executor.hold_bytes, at_least=executor.min_holders)
-        calls = [Call(f"splits {g.start}..{g.stop - 1}", _write_group, (job, g, mine, keys, chunk_rows))
-                 for g in groups if (mine := [(e, s) for e, s in todo if s in g])]
-        return executor.run_holders(calls, on_done)
+        return self._spill(job, todo, executor, (raw_keys, keys), row_bytes, read_rows, on_done)
+
+    def _spill(self, job: ResolvedTable, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
+               hash_keys: tuple[np.ndarray | None, Any], row_bytes: int, read_rows: int,
+               on_done: Callable[[], None]) -> list[DoneRecord]:
+        """The two passes of :mod:`prep.materialize.spill`: route every selected row once, then write each group
+        (``hash_keys``: the keys, and as the executor shares them)."""
+        raw_keys, keys = hash_keys
+        n, nodes, hold = job.num_selected, executor.min_holders, executor.budget.hold_bytes
+        groups = hold_groups(job.plan.num_splits, row_bytes * n, hold, at_least=nodes)
+        count = max(nodes * executor.threads, -(-row_bytes * n // SEGMENT_BYTES))
+        per = -(-n // count)
+        layout = spill.SpillLayout(job.fingerprint, tuple((a, min(a + per, n)) for a in range(0, n, per)),
+                                   tuple((g.start, g.stop) for g in groups))
+        root = spill.spill_root(job, job.spill_dir, nodes)
+        done = spill.open_spill(root, layout, job.s3)
+        left = [i for i in range(len(layout.segments)) if i not in done]
+        log.info("spilling %d of %d segments of %d rows to %s, for %d groups", len(left), len(layout.segments), per, root,
+                 len(groups))
+        try:
+            executor.run_holders([Call("spilling rows", _route, (job, layout, root, left[k::nodes], keys, read_rows))
+                                  for k in range(nodes) if left[k::nodes]])
+        except PrepError:  # a full disk, a read that failed: the output stays as it was, the spill goes
+            spill.remove_spill(root, job.s3)
+            raise
+        calls = []
+        for g, group in enumerate(groups):
+            mine = [(e, s) for e, s in todo if s in group]
+            if mine:  # a group of one split may be above the budget: written in parts
+                alone = split_size(split=group.start, hash_keys=raw_keys, **job.split_kwargs()) if len(group) == 1 else 0
+                parts = max(1, -(-alone * row_bytes // hold))
+                calls.append(Call(f"splits {group.start}..{group.stop - 1}", _write_spilled,
+                                  (job, layout, root, g, mine, keys, parts)))
+        records = executor.run_holders(calls, on_done)
+        spill.remove_spill(root, job.s3)
+        return records
 
     def manifest(self, job: ResolvedTable, epochs: tuple[Epoch, ...]) -> Manifest:
         return Manifest(

@@ -32,14 +32,14 @@ from prep.contracts.done import DoneRecord, write_done
 from prep.contracts.manifest import split_path
 from prep.materialize.rows import read_rows
 
-__all__ = ["SplitOutput", "write_split", "write_split_dataset", "split_files"]
+__all__ = ["SplitOutput", "write_split", "write_split_dataset", "split_files", "output_schema"]
 
 
 def _split_batches(job: ResolvedTable, epoch: int, split: int, hash_keys: np.ndarray | None, held: Held | None) -> Iterator[pa.RecordBatch]:
     """The split's rows in this epoch's read order, a few read batches at a time."""
     kw = dict(split=split, epoch=epoch, hash_keys=hash_keys, **job.split_kwargs())
     if held is not None:  # the split's rows are in memory: take them into this epoch's order
-        yield from held.batches(plan.split_rows(**kw), job.read_rows)
+        yield from held.batches(plan.split_rows(**kw), job.read_rows, job.pick_rows)
         return
     source = dataset(job, job.source, job.version)  # take: each chunk of the read order is one Lance take
     for chunk in plan.iter_split_rows(chunk_rows=job.read_rows, **kw):
@@ -59,10 +59,14 @@ def write_split(job: ResolvedTable, epoch: int, split: int, hash_keys: np.ndarra
     Returns:
         The done record (also written next to the split).
     """
-    schema = dataset(job, job.source, job.version).schema
-    schema = pa.schema([schema.field(c) for c in job.columns])
     batches = (batch.select(list(job.columns)) for batch in _split_batches(job, epoch, split, hash_keys, held))
-    return write_split_dataset(job, epoch, split, schema, batches)
+    return write_split_dataset(job, epoch, split, output_schema(job), batches)
+
+
+def output_schema(job: ResolvedTable) -> pa.Schema:
+    """The schema of a single table's split datasets: the run's columns, as the table has them."""
+    schema = dataset(job, job.source, job.version).schema
+    return pa.schema([schema.field(c) for c in job.columns])
 
 
 class SplitOutput(Protocol):

@@ -1,0 +1,257 @@
+"""Rows that do not fit the memory budget: a two-pass external shuffle through spill files.
+
+When the selected rows of a run are more than one holder may keep in memory
+(:class:`prep.materialize.budget.Budget`) and clumps are small (a Lance take per row
+costs ~5x a scan), a run does not read the table once per group of splits. Instead:
+
+1. **route**: the selected rows are cut into segments (contiguous position ranges);
+   each segment is read once, in order, a budget's read at a time, and each row goes
+   to the spill file of its *group* (contiguous splits whose rows fit the budget),
+   with its position: ``ROOT/seg-IIIIII/g-GGGGG.arrow`` (Arrow IPC, uncompressed),
+   then ``ROOT/seg-IIIIII.done``. Segments run in parallel, on every node.
+2. **write**: each group's files (its rows, in position order) are read back once
+   and held, and every epoch of the group's splits is taken from them
+   (:mod:`prep.materialize.held`). A single split larger than the budget is taken
+   in parts: each part of its read order holds only its rows, read from the spill.
+
+The table is read once per run whatever its size; the spill is written once and read
+once per run (per part for a split above the budget). ``ROOT`` is
+``OUT/_work/spill`` (or ``SPILL_DIR/prep-spill-<fingerprint>``, or a folder in this
+node's temp dir for an object-store output on one node) and holds a marker naming the
+plan and the layout: a killed run's finished segments are kept by its rerun, anything
+else there is written again. The folder is removed when the run's splits are written.
+A full disk is one line naming the folder; the spill is removed, the output stays as it was.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from prep import plan
+from prep.contracts.materialized import WORK
+from prep.errors import PrepError
+from prep.io import storage
+from prep.materialize.faults import kill_point
+from prep.materialize.held import Held, rows_at
+from prep.materialize.resolved import ResolvedTable, dataset
+from prep.materialize.rows import read_range
+
+__all__ = ["SpillLayout", "spill_root", "route_segment", "read_group", "split_parts", "remove_spill", "POSITION"]
+
+POSITION = "__prep_position"  # the spilled rows' selected positions (a column of the spill files only)
+MARKER = "_prep_spill.json"
+SPILL_PREFIX = "prep-spill-"
+
+
+@dataclass(frozen=True)
+class SpillLayout:
+    """Where a run spills and how: the plan it is for, its segments (position ranges) and groups (split ranges).
+
+    >>> lay = SpillLayout("abc", ((0, 10), (10, 20)), ((0, 3), (3, 6)))
+    >>> SpillLayout.from_json(lay.to_json()) == lay, lay.group_of(np.arange(6)).tolist()
+    (True, [0, 0, 0, 1, 1, 1])
+    """
+
+    fingerprint: str
+    segments: tuple[tuple[int, int], ...]
+    groups: tuple[tuple[int, int], ...]
+
+    def to_json(self) -> dict:
+        return {"fingerprint": self.fingerprint, "segments": [list(s) for s in self.segments],
+                "groups": [list(g) for g in self.groups]}
+
+    @classmethod
+    def from_json(cls, doc: object) -> "SpillLayout":
+        """Strict: exactly these keys, pairs of ints. Raises ValueError on anything else."""
+        if not isinstance(doc, dict) or set(doc) != {"fingerprint", "segments", "groups"} or \
+                not isinstance(doc["fingerprint"], str):
+            raise ValueError(f"not a spill marker: {str(doc)[:200]}")
+
+        def pairs(v: object) -> tuple[tuple[int, int], ...]:
+            if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 and
+                                                  all(type(x) is int for x in p) for p in v):
+                raise ValueError(f"not a list of [start, stop] pairs: {str(v)[:200]}")
+            return tuple((p[0], p[1]) for p in v)
+
+        return cls(doc["fingerprint"], pairs(doc["segments"]), pairs(doc["groups"]))
+
+    def group_of(self, splits: np.ndarray) -> np.ndarray:
+        """The group of each split."""
+        starts = np.array([g[0] for g in self.groups])
+        return np.searchsorted(starts, splits, side="right") - 1
+
+
+def spill_root(job: ResolvedTable, spill_dir: str | None, nodes: int) -> str:
+    """Where this run spills: ``spill_dir/prep-spill-<fingerprint>`` when given, else the output's work folder,
+    except for an object-store output on one node, which spills to this node's temp dir."""
+    if spill_dir:
+        base = spill_dir if storage.is_remote(spill_dir) else os.path.abspath(spill_dir)
+        return storage.join(base, SPILL_PREFIX + job.fingerprint)
+    if storage.is_remote(job.output) and nodes == 1:
+        return os.path.join(tempfile.gettempdir(), SPILL_PREFIX + job.fingerprint)
+    return storage.join(job.output, WORK, "spill")
+
+
+def open_spill(root: str, layout: SpillLayout, s3: storage.S3Options) -> set[int]:
+    """Makes ``root`` this layout's spill folder; returns the segments a killed run of the same layout finished.
+
+    A folder with another layout's marker (an earlier plan or budget) is emptied; a folder that exists
+    without prep's marker is refused (prep removes only what it wrote).
+    """
+    fs, path = storage.filesystem(root, s3)
+    marker = f"{path.rstrip('/')}/{MARKER}"
+    if fs.exists(path):
+        try:
+            old = SpillLayout.from_json(json.loads(fs.cat_file(marker)))
+        except (FileNotFoundError, ValueError) as exc:
+            if fs.ls(path, detail=False):
+                raise PrepError(f"spill folder {root} exists and was not written by prep ({exc}): "
+                                "choose another --spill-dir or remove it yourself") from None
+            old = None
+        if old == layout:
+            names = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(path, detail=False)]
+            return {int(n[4:-5]) for n in names if n.startswith("seg-") and n.endswith(".done")}
+        fs.rm(path, recursive=True)
+    fs.makedirs(path, exist_ok=True)
+    with fs.open(marker, "w") as f:
+        f.write(json.dumps(layout.to_json()))
+    return set()
+
+
+def remove_spill(root: str, s3: storage.S3Options) -> None:
+    """Removes the spill folder (only one holding prep's marker)."""
+    fs, path = storage.filesystem(root, s3)
+    if fs.exists(f"{path.rstrip('/')}/{MARKER}"):
+        fs.rm(path, recursive=True)
+
+
+def _spill_schema(job: ResolvedTable) -> pa.Schema:
+    schema = dataset(job, job.source, job.version).schema
+    return pa.schema([schema.field(c) for c in job.columns] + [pa.field(POSITION, pa.uint64())])
+
+
+def route_segment(job: ResolvedTable, layout: SpillLayout, root: str, index: int, hash_keys: np.ndarray | None,
+                  read_rows: int) -> int:
+    """Route, one segment: its rows read in order, ``read_rows`` at a time, each appended to its group's file.
+
+    The files are written to a local folder (the spill folder itself when it is local) and uploaded when
+    the segment is done; ``seg-IIIIII.done`` is written last. Returns the segment's index.
+
+    Raises:
+        PrepError: no space left where the spill goes (one line naming it).
+    """
+    start, stop = layout.segments[index]
+    remote = storage.is_remote(root)
+    local = tempfile.mkdtemp(prefix="prep-spill-") if remote else os.path.join(root, f"seg-{index:06d}")
+    schema, writers, files = _spill_schema(job), {}, {}
+    source = dataset(job, job.source, job.version)
+    try:
+        if not remote:
+            shutil.rmtree(local, ignore_errors=True)  # a killed attempt's files
+            os.makedirs(local)
+        for a in range(start, stop, read_rows):
+            b = min(a + read_rows, stop)
+            table, pos = read_range(job, source, a, b), np.arange(a, b)
+            owner = layout.group_of(plan.assign_rows(positions=pos, hash_keys=hash_keys, **job.split_kwargs()))
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(len(layout.groups) + 1))
+            grouped = rows_at([table], pos, pos[order]) if len(layout.groups) > 1 else table
+            grouped = grouped.append_column(POSITION, pa.array(pos[order].astype(np.uint64)))
+            for g in np.flatnonzero(np.diff(bounds)):
+                if g not in writers:
+                    files[g] = os.path.join(local, f"g-{g:05d}.arrow")
+                    writers[g] = pa.ipc.new_stream(pa.OSFile(files[g], "wb"), schema)
+                writers[g].write_table(grouped.slice(int(bounds[g]), int(bounds[g + 1] - bounds[g])))
+            del table, grouped
+        for w in writers.values():
+            w.close()
+        writers.clear()
+        if remote:
+            fs, path = storage.filesystem(root, job.s3)
+            for g, name in files.items():
+                fs.put_file(name, f"{path.rstrip('/')}/seg-{index:06d}/g-{g:05d}.arrow")
+        _write_done(root, index, job.s3)
+        kill_point("spill")
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            shutil.rmtree(local, ignore_errors=True)
+            raise PrepError(f"no space left on the device of {root if not remote else local} while spilling rows "
+                            f"[{start}, {stop}): free space there or pass --spill-dir on a larger disk "
+                            "(the spill takes about the selected rows' Arrow size)") from None
+        raise
+    finally:
+        for w in writers.values():  # after a failure: close without raising again (a full disk fails the flush too)
+            try:
+                w.close()
+            except OSError:
+                pass
+        if remote:
+            shutil.rmtree(local, ignore_errors=True)
+    return index
+
+
+def _write_done(root: str, index: int, s3: storage.S3Options) -> None:
+    fs, path = storage.filesystem(root, s3)
+    with fs.open(f"{path.rstrip('/')}/seg-{index:06d}.done", "w") as f:
+        f.write("{}")
+
+
+def _group_files(root: str, layout: SpillLayout, group: int, s3: storage.S3Options) -> tuple[object, list[str]]:
+    """The filesystem of ``root`` and the spill files of ``group`` there, in segment order."""
+    fs, path = storage.filesystem(root, s3)
+    names = [f"{path.rstrip('/')}/seg-{i:06d}/g-{group:05d}.arrow" for i in range(len(layout.segments))]
+    return fs, [n for n in names if fs.exists(n)]
+
+
+def _batches(fs: object, name: str, remote: bool) -> Iterator[pa.RecordBatch]:
+    """The batches of one spill file, read one at a time (a local file through the OS, no copy kept)."""
+    with (fs.open(name, "rb") if remote else pa.OSFile(name, "rb")) as f:
+        yield from pa.ipc.open_stream(f)
+
+
+def _held(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> Held:
+    if not batches:
+        empty = schema.remove(schema.get_field_index(POSITION))
+        return Held([empty.empty_table()], np.zeros(0, dtype=np.int64))
+    pieces = [pa.Table.from_batches([b]).drop_columns([POSITION]) for b in batches]
+    positions = np.concatenate([np.asarray(b.column(POSITION)) for b in batches]).astype(np.int64)
+    return Held(pieces, positions)
+
+
+def read_group(job: ResolvedTable, root: str, layout: SpillLayout, group: int) -> Held:
+    """Write, one group: all its spilled rows, read back once, held in position order."""
+    remote = storage.is_remote(root)
+    fs, names = _group_files(root, layout, group, job.s3)
+    batches = [b for name in names for b in _batches(fs, name, remote)]
+    return _held([b for b in batches if b.num_rows], _spill_schema(job))
+
+
+def split_parts(job: ResolvedTable, root: str, layout: SpillLayout, group: int, order: np.ndarray,
+                parts: int) -> Iterator[pa.RecordBatch]:
+    """A split above the budget (its group holds it alone), in read order ``order``: ``parts`` consecutive
+    parts of the order, each holding only its rows, read from the group's spill files."""
+    remote = storage.is_remote(root)
+    fs, names = _group_files(root, layout, group, job.s3)
+    schema = _spill_schema(job)
+    per = -(-len(order) // parts)
+    for i in range(0, len(order), per):
+        wanted = order[i:i + per]
+        keep = np.sort(wanted)
+        kept = []
+        for name in names:
+            for b in _batches(fs, name, remote):
+                pos = np.asarray(b.column(POSITION)).astype(np.int64)
+                at = np.searchsorted(keep, pos)
+                mine = (at < len(keep)) & (keep[np.minimum(at, len(keep) - 1)] == pos)
+                if mine.any():
+                    kept.append(b.filter(pa.array(mine)))
+        yield from _held(kept, schema).batches(wanted, job.read_rows)
