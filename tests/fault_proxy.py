@@ -12,6 +12,7 @@ as a real store's front end would: the retry must not find its own half-applied 
 ``deny`` fails every request whose path contains the string, always (100% for one object), with
 ``deny_kind`` (any of the above, or ``denied``: 403 AccessDenied).
 ``latency_s`` delays every request (the benchmark's "looks like real object storage").
+``got_bytes`` counts the body bytes of the GETs answered, per path (what was read, and how often).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class FaultProxy:
     latency_s: float = 0.0
     requests: int = 0
     faults: Counter = field(default_factory=Counter)
+    got_bytes: Counter = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self._seen: Counter = Counter()
@@ -165,6 +167,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.close_connection = True
             return
+        if self.command == "GET":
+            with owner._lock:
+                owner.got_bytes[urlsplit(self.path).path] += len(data)
         self._answer(status, headers, data)
 
     def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:

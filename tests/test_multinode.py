@@ -97,3 +97,42 @@ def test_pretokenize_and_materialize_run_on_the_second_node(second_node, ray_hea
     assert report.ok, report
     # The second node ran Python workers (the head's own workers log under the head's temp dir).
     assert glob.glob(os.path.join(second_node, "session_*", "logs", "worker-*")), os.listdir(second_node)
+
+
+BOUNDED = """
+import sys
+from prep.materialize import materialize_shuffle
+table, output, address = sys.argv[1:4]
+m = materialize_shuffle(table=table, output=output, epochs=1, splits=7, executor="ray", ray_address=address,
+                        max_memory="1MiB", read_rows=300)
+print(m.num_selected_rows)
+"""
+
+
+def test_two_nodes_within_a_tiny_budget_read_the_table_once_and_write_the_local_epochs(second_node, ray_head, s3_env,
+                                                                                     s3_bucket, tmp_path):
+    """Both nodes may run holders (no resources asked): the rows are routed once across the cluster (each node a
+    share of the segments) through a spill on S3, not read again by every node's holder."""
+    import tables
+    from fault_proxy import FaultProxy
+    from prep.materialize import materialize_shuffle
+
+    table = f"s3://{s3_bucket}/t.lance"
+    tables.synthetic_table(table, num_rows=6000, max_len=60, fragment_rows=2000,
+                           storage_options=storage.lance_storage_options(table))
+    data_bytes = sum(info["size"] for info in storage.filesystem(table)[0].find(f"{s3_bucket}/t.lance/data", detail=True).values())
+    local = materialize_shuffle(table=table, output=str(tmp_path / "local"), epochs=1, splits=7, executor="local",
+                                read_rows=300)
+    with FaultProxy(s3_env["AWS_ENDPOINT_URL"]) as proxy:
+        env = {**ray_head.env, **s3_env, "AWS_ENDPOINT_URL": proxy.url, "PYTHONPATH": str(REPO)}
+        done = subprocess.run([sys.executable, "-c", BOUNDED, table, f"s3://{s3_bucket}/bounded", ray_head.gcs_address],
+                              env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    read = sum(n for path, n in proxy.got_bytes.items() if "/t.lance/data/" in path)
+    assert data_bytes <= read <= 1.1 * data_bytes, (read, data_bytes)
+    report = verify(f"s3://{s3_bucket}/bounded")
+    assert report.ok, report
+    from prep.contracts.manifest import read_manifest
+
+    assert [e.splits for e in read_manifest(f"s3://{s3_bucket}/bounded").epochs] == [e.splits for e in local.epochs]
+    assert glob.glob(os.path.join(second_node, "session_*", "logs", "worker-*"))  # the second node worked

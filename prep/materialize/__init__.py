@@ -9,14 +9,14 @@ works, measurements and trade-offs: docs/materialize.md. In short:
    (:mod:`prep.materialize.rows`).
 2. One task per (epoch, split) writes ``OUT/epoch-EEEEE/split-SSSSS.lance``
    and then its done record (:mod:`prep.materialize.write`, :mod:`prep.contracts.done`).
-   Both executors run them the same way: holders read the selected rows once and
-   write their group of splits from rows held in memory, on threads
-   (:mod:`prep.materialize.table`): on one machine in this process
-   (:mod:`prep.materialize.local`), on a cluster one per node at least, the first in the
-   driver when its node may run one, the others as Ray tasks
-   (:mod:`prep.materialize.on_ray`; rows too many for a few holders through a
-   gather pass, :mod:`prep.materialize.gather`). :func:`prep.runtime.ray_cluster.use_ray`
-   decides; both write identical outputs.
+   Both executors run them the same way, within a memory budget (``--max-memory``,
+   :mod:`prep.materialize.budget`): rows that fit are read once and held, and every split
+   is written from them on threads; rows beyond it go through a two-pass external shuffle
+   (:mod:`prep.materialize.spill`): read once, routed to spill files per group of splits,
+   each group read back once (:mod:`prep.materialize.table`). On one machine in this process
+   (:mod:`prep.materialize.local`), on a cluster on every node, the driver's node's share in
+   the driver (:mod:`prep.materialize.on_ray`). :func:`prep.runtime.ray_cluster.use_ray`
+   decides; both write identical outputs, at every budget.
 3. ``manifest.json`` is written last, atomically; a rerun trusts only splits whose
    done record and files check out, and writes the others again (:mod:`prep.materialize.rerun`).
 
@@ -39,7 +39,8 @@ Modules:
 - :mod:`prep.materialize.held`: rows held in memory, taken into a split's read order
 - :mod:`prep.materialize.write`: the (epoch, split) write task
 - :mod:`prep.materialize.local`, :mod:`prep.materialize.on_ray`: the executors
-- :mod:`prep.materialize.gather`: the Ray gather pass, for small clumps too many for a few holders
+- :mod:`prep.materialize.budget`: the memory budget, and how a run spends it
+- :mod:`prep.materialize.spill`: rows beyond the budget: the two-pass external shuffle
 - :mod:`prep.materialize.faults`: kill points at every commit (tests only)
 - :mod:`prep.materialize.mixture_file`: the mixture file (YAML) -> a plan with a mixture
 - :mod:`prep.materialize.mixture_sources`: a mixture's tables, opened, pinned and checked against each other

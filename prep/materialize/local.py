@@ -71,7 +71,7 @@ class LocalExecutor:
         and the calls not started are dropped.
 
         Raises:
-            PrepError: the first call that failed, naming its ``where``.
+            PrepError: the first call that failed, naming its ``where`` (once the running calls have finished).
         """
         futures = [self._pool.submit(run_task, c.fn, c.where, *c.args) for c in calls]
         try:
@@ -80,6 +80,7 @@ class LocalExecutor:
         finally:
             for future in futures:
                 future.cancel()
+            wait(futures)  # the running ones finish before the error goes on: nothing writes behind its cleanup
 
     def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
         """Holder calls (``fn(*args, executor)``: hold rows, then yield their split calls' results from
