@@ -219,12 +219,11 @@ def _batches(fs: object, name: str, remote: bool) -> Iterator[pa.RecordBatch]:
 
 
 def _held(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> Held:
-    if not batches:
-        empty = schema.remove(schema.get_field_index(POSITION))
-        return Held([empty.empty_table()], np.zeros(0, dtype=np.int64))
-    pieces = [pa.Table.from_batches([b]).drop_columns([POSITION]) for b in batches]
-    positions = np.concatenate([np.asarray(b.column(POSITION)) for b in batches]).astype(np.int64)
-    return Held(pieces, positions)
+    """Spilled rows (in position order) held as one piece: a group's files hold a small batch per route read,
+    and a take per piece would cost more than this one copy."""
+    rows = pa.Table.from_batches(batches, schema=schema).combine_chunks()
+    positions = np.asarray(rows.column(POSITION)).astype(np.int64)
+    return Held([rows.drop_columns([POSITION])], positions)
 
 
 def read_group(job: ResolvedTable, root: str, layout: SpillLayout, group: int) -> Held:
