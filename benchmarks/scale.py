@@ -54,22 +54,18 @@ What bounds peak RSS (2 CPUs, default options):
   (``prep/prepare/images/config.py``). The driver keeps a small result per chunk (kilobytes).
   Measured at 0.05x: ~0.3 GB a process for text, ~1 GB for images (torch), so ~0.8 GB and
   ~1.6 GB for the trees.
-- materialize, local executor: the selected rows of a group of splits held in memory, at
-  most ``HOLD_BYTES`` = 2 GiB of Arrow (``prep/materialize/local.py``; groups from
-  ``hold_groups`` in ``prep/materialize/table.py``), read ``_READ_BYTES`` = 64 MiB at a time,
-  written by one thread per CPU in ``read_rows`` = 16,384-row batches
-  (``prep/materialize/options.py``). So its RSS *grows with the table* until the held rows
-  reach 2 GiB (GSM8K x16 is ~0.11 GB of Arrow rows: about 18x), then stays; past it, clump 64
-  takes rows per split (a few batches a thread). Measured: the RSS grows faster than the
-  rows held (0.2x -> 0.5x: +177 MB for +35 MB of rows; one Lance scan into a single batch
-  peaks at ~2.7x the batch's Arrow bytes, and the allocator keeps what it freed).
+- materialize, local executor: within its memory budget (``--max-memory``, default a quarter of
+  the machine's memory: 6 GiB here; ``prep/materialize/budget.py``): the selected rows are held
+  when they fit a third of it, else spilled to disk and read back group by group
+  (``prep/materialize/spill.py``), so its RSS grows with the table until the held rows reach
+  the budget's third (GSM8K x16 is ~0.11 GB of Arrow rows: about 18x), then stays.
+  ``benchmarks/budget.py`` sweeps the budget and runs the curve to 64x.
 - read: the reader's queue (``prep/reader/options.py``): reads of ``read_bytes`` = 64 MiB,
   ``raw_chunks`` = 2 queued, ``prefetch_batches`` = 4 built ahead; ~0.8 GB measured (torch).
 
 The bounds stated: prepare and read stay under 3 GB of tree RSS at any factor on 2 CPUs
-(they grow with the CPUs, not the data); materialize grows with the table until the held rows
-reach ``HOLD_BYTES`` and is bounded past it by about 0.4 GB + 2.5 x 2 GiB = 5.8 GB (measured
-2026-12-02: 2,300 MB at 8x with ~0.9 GB held, 3,759 MB at 24x holding two groups of ~1.4 GB).
+(they grow with the CPUs, not the data); materialize stays within its budget plus its fixed
+base (docs/materialize.md, "Memory").
 
 Inputs are cached per factor; outputs go to ``--work``/out, are overwritten, and each is
 deleted once the stages that need it are done (disk: 0.44 GB per 1x measured at 0.05x; at
