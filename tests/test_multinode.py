@@ -103,8 +103,8 @@ BOUNDED = """
 import sys
 from prep.materialize import materialize_shuffle
 table, output, address = sys.argv[1:4]
-m = materialize_shuffle(table=table, output=output, epochs=1, splits=7, executor="ray", ray_address=address,
-                        max_memory="1MiB", read_rows=300)
+m = materialize_shuffle(table=table, output=output, epochs=1, splits=16, executor="ray", ray_address=address,
+                        max_memory="4MiB")
 print(m.num_selected_rows)
 """
 
@@ -118,11 +118,12 @@ def test_two_nodes_within_a_tiny_budget_read_the_table_once_and_write_the_local_
     from prep.materialize import materialize_shuffle
 
     table = f"s3://{s3_bucket}/t.lance"
-    tables.synthetic_table(table, num_rows=6000, max_len=60, fragment_rows=2000,
+    # ~10 MB in 30 fragments (a table pretokenize writes has a fragment per ~2 MiB of input): a few times the
+    # budget, and the rows sampled to size the run (one fragment) are a small part of it
+    tables.synthetic_table(table, num_rows=60_000, max_len=60, fragment_rows=2000,
                            storage_options=storage.lance_storage_options(table))
     data_bytes = sum(info["size"] for info in storage.filesystem(table)[0].find(f"{s3_bucket}/t.lance/data", detail=True).values())
-    local = materialize_shuffle(table=table, output=str(tmp_path / "local"), epochs=1, splits=7, executor="local",
-                                read_rows=300)
+    local = materialize_shuffle(table=table, output=str(tmp_path / "local"), epochs=1, splits=16, executor="local")
     with FaultProxy(s3_env["AWS_ENDPOINT_URL"]) as proxy:
         env = {**ray_head.env, **s3_env, "AWS_ENDPOINT_URL": proxy.url, "PYTHONPATH": str(REPO)}
         done = subprocess.run([sys.executable, "-c", BOUNDED, table, f"s3://{s3_bucket}/bounded", ray_head.gcs_address],

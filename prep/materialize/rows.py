@@ -18,7 +18,9 @@ from prep.errors import PrepError
 from prep.materialize.resolved import ResolvedTable, dataset
 from prep.plan import hash as plan_hash
 
-__all__ = ["read_rows", "read_range", "bytes_per_row", "selected_ids", "hash_keys_for", "write_selection", "selection_fingerprint"]
+IO_BUFFER_BYTES = 64 << 20  # Lance's read-ahead in a streaming scan (its default, 2 GiB, would be memory beyond any budget)
+
+__all__ = ["read_rows", "read_range", "iter_range", "bytes_per_row", "selected_ids", "hash_keys_for", "write_selection", "selection_fingerprint"]
 
 
 def _take(ds: Any, positions: np.ndarray, columns: list[str], selection: Any = None) -> pa.Table:
@@ -45,6 +47,21 @@ def read_range(job: ResolvedTable, source: Any, start: int, stop: int) -> pa.Tab
     if job.selection is None:
         return source.scanner(columns=list(job.columns), offset=start, limit=stop - start, batch_size=stop - start).to_table()
     return read_rows(job, source, np.arange(start, stop))
+
+
+def iter_range(job: ResolvedTable, source: Any, start: int, stop: int, rows: int, row_bytes: int) -> Iterator[pa.Table]:
+    """Selected rows ``[start, stop)`` in order, about ``rows`` (of ``row_bytes`` on average) at a time: one
+    streaming scan of the table (each page read once, where a read per chunk would read again each page a chunk
+    boundary cuts), or takes through the filter sidecar."""
+    if job.selection is not None:
+        for a in range(start, stop, rows):
+            yield read_rows(job, source, np.arange(a, min(a + rows, stop)))
+        return
+    scan = source.scanner(columns=list(job.columns), offset=start, limit=stop - start, batch_size=rows,
+                          io_buffer_size=max(IO_BUFFER_BYTES, 4 * rows * row_bytes))
+    for batch in scan.to_batches():
+        if batch.num_rows:
+            yield pa.Table.from_batches([batch])
 
 
 def bytes_per_row(job: ResolvedTable, source: Any) -> int:

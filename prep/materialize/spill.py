@@ -43,7 +43,7 @@ from prep.io import storage
 from prep.materialize.faults import kill_point
 from prep.materialize.held import Held, rows_at
 from prep.materialize.resolved import ResolvedTable, dataset
-from prep.materialize.rows import read_range
+from prep.materialize.rows import iter_range
 
 __all__ = ["SpillLayout", "spill_root", "route_segment", "read_group", "split_parts", "remove_spill", "POSITION"]
 
@@ -140,8 +140,9 @@ def _spill_schema(job: ResolvedTable) -> pa.Schema:
 
 
 def route_segment(job: ResolvedTable, layout: SpillLayout, root: str, index: int, hash_keys: np.ndarray | None,
-                  read_rows: int) -> int:
-    """Route, one segment: its rows read in order, ``read_rows`` at a time, each appended to its group's file.
+                  read_rows: int, row_bytes: int) -> int:
+    """Route, one segment: its rows read in order, ``read_rows`` (of ``row_bytes``) at a time, each appended to
+    its group's file.
 
     The files are written to a local folder (the spill folder itself when it is local) and uploaded when
     the segment is done; ``seg-IIIIII.done`` is written last. Returns the segment's index.
@@ -158,9 +159,10 @@ def route_segment(job: ResolvedTable, layout: SpillLayout, root: str, index: int
         if not remote:
             shutil.rmtree(local, ignore_errors=True)  # a killed attempt's files
             os.makedirs(local)
-        for a in range(start, stop, read_rows):
-            b = min(a + read_rows, stop)
-            table, pos = read_range(job, source, a, b), np.arange(a, b)
+        a = start
+        for table in iter_range(job, source, start, stop, read_rows, row_bytes):
+            pos = np.arange(a, a + table.num_rows)
+            a += table.num_rows
             owner = layout.group_of(plan.assign_rows(positions=pos, hash_keys=hash_keys, **job.split_kwargs()))
             order = np.argsort(owner, kind="stable")
             bounds = np.searchsorted(owner[order], np.arange(len(layout.groups) + 1))

@@ -74,10 +74,11 @@ def _write_group(job: ResolvedTable, group: range, pairs: Sequence[tuple[int, in
 
 
 def _route(job: ResolvedTable, layout: spill.SpillLayout, root: str, segments: Sequence[int], keys: np.ndarray | None,
-           read_rows: int, executor: LocalExecutor) -> Iterator[int]:
+           read_rows: int, row_bytes: int, executor: LocalExecutor) -> Iterator[int]:
     """A spilling holder, route pass: its ``segments`` routed to the spill on ``executor``'s threads."""
     yield from executor.as_done([Call(f"spilling rows [{layout.segments[i][0]}, {layout.segments[i][1]})",
-                                      spill.route_segment, (job, layout, root, i, keys, read_rows)) for i in segments])
+                                      spill.route_segment, (job, layout, root, i, keys, read_rows, row_bytes))
+                                 for i in segments])
 
 
 def _write_spilled(job: ResolvedTable, layout: spill.SpillLayout, root: str, group: int, pairs: Sequence[tuple[int, int]],
@@ -93,6 +94,25 @@ def _write_spilled(job: ResolvedTable, layout: spill.SpillLayout, root: str, gro
         order = split_rows(split=s, epoch=e, hash_keys=keys, **job.split_kwargs())
         batches = spill.split_parts(job, root, layout, group, order, parts)
         yield run_task(write_split_dataset, f"epoch {e} split {s}", job, e, s, output_schema(job), batches)
+
+
+def _segments(n: int, count: int, fragment_starts: np.ndarray | None) -> tuple[tuple[int, int], ...]:
+    """``count`` position ranges covering ``[0, n)``, each cut moved to a fragment's start within a quarter of a
+    segment when there is one: a page the cut falls in would be read by both segments.
+
+    >>> _segments(10, 2, None), _segments(100, 4, np.array([0, 24, 52, 90]))
+    (((0, 5), (5, 10)), ((0, 24), (24, 52), (52, 75), (75, 100)))
+    """
+    per = n / count
+    cuts = []
+    for k in range(1, count):
+        ideal = round(k * per)
+        if fragment_starts is not None and len(fragment_starts):
+            near = fragment_starts[np.argmin(np.abs(fragment_starts - ideal))]
+            ideal = int(near) if abs(int(near) - ideal) <= per / 4 else ideal
+        cuts.append(ideal)
+    bounds = sorted({0, n, *[c for c in cuts if 0 < c < n]})
+    return tuple(zip(bounds[:-1], bounds[1:]))
 
 
 class TableRun:
@@ -180,16 +200,16 @@ class TableRun:
         n, nodes, hold = job.num_selected, executor.min_holders, executor.budget.hold_bytes
         groups = hold_groups(job.plan.num_splits, row_bytes * n, hold, at_least=nodes)
         count = max(nodes * executor.threads, -(-row_bytes * n // SEGMENT_BYTES))
-        per = -(-n // count)
-        layout = spill.SpillLayout(job.fingerprint, tuple((a, min(a + per, n)) for a in range(0, n, per)),
+        layout = spill.SpillLayout(job.fingerprint, _segments(n, count, None if job.selection else self._fragment_starts()),
                                    tuple((g.start, g.stop) for g in groups))
+        per = n // len(layout.segments)
         root = spill.spill_root(job, job.spill_dir, nodes)
         done = spill.open_spill(root, layout, job.s3)
         left = [i for i in range(len(layout.segments)) if i not in done]
         log.info("spilling %d of %d segments of %d rows to %s, for %d groups", len(left), len(layout.segments), per, root,
                  len(groups))
         try:
-            executor.run_holders([Call("spilling rows", _route, (job, layout, root, left[k::nodes], keys, read_rows))
+            executor.run_holders([Call("spilling rows", _route, (job, layout, root, left[k::nodes], keys, read_rows, row_bytes))
                                   for k in range(nodes) if left[k::nodes]])
         except PrepError:  # a full disk, a read that failed: the output stays as it was, the spill goes
             spill.remove_spill(root, job.s3)
@@ -205,6 +225,10 @@ class TableRun:
         records = executor.run_holders(calls, on_done)
         spill.remove_spill(root, job.s3)
         return records
+
+    def _fragment_starts(self) -> np.ndarray:
+        """The position of each fragment's first row (the table read in order: no filter)."""
+        return np.cumsum([0] + [f.count_rows() for f in self.source.get_fragments()])[:-1]
 
     def manifest(self, job: ResolvedTable, epochs: tuple[Epoch, ...]) -> Manifest:
         return Manifest(
