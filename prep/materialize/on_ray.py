@@ -167,14 +167,18 @@ class _HeldHere:
         self._thread = threading.Thread(target=self._run, name="prep-holder", daemon=True)
         self._thread.start()
 
+    def _each(self) -> Iterator:
+        """The results of the calls, one call after another."""
+        for call in self._calls:
+            args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in call.args]  # as a task gets them
+            yield from _hold(call.fn, self._threads, self._budget, *args)
+
     def _run(self) -> None:
         try:
-            for call in self._calls:
-                args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in call.args]  # as a task gets them
-                for result in _hold(call.fn, self._threads, self._budget, *args):
-                    self.results.put((True, result))
-                    if self._stop.is_set():
-                        return self.results.put((False, None))
+            for result in self._each():
+                self.results.put((True, result))
+                if self._stop.is_set():
+                    break
         except BaseException as exc:  # handed to the driver's thread, which raises it
             self.results.put((False, exc))
         self.results.put((False, None))
