@@ -27,6 +27,7 @@ from prep.errors import PrepError
 from prep.contracts.manifest import read_manifest, write_manifest
 from prep.materialize import materialize_mixture
 from prep.materialize.mixture_file import load_mixture
+from prep.plan.mixture import batch_counts
 from prep.plan.spec import MixtureSource, MixtureSpec, PlanSpec
 from prep.reader import ReaderDataset
 from prep.materialize.verify import verify
@@ -137,6 +138,37 @@ def test_every_world_size_dividing_the_splits_reads_the_same_global_batches_and_
     assert all((c == one[2 * t][1] + one[2 * t + 1][1]).all() for t, (_, c) in enumerate(doubled))
     with pytest.raises(PrepError, match=rf"global_batch_size=24 is not a multiple of the mixture's global batch {G}"):
         ReaderDataset(out, global_batch_size=24, rank=0, world_size=1)
+
+
+def test_a_global_batch_that_the_default_48_splits_do_not_divide_reads_the_same_exact_batches_at_every_world_size(
+        tables, tmp_path):
+    """G = 64 over 48 splits (issue 33): each reader global batch is one mixture batch, with exactly the plan's
+    per-batch counts, at world sizes 1, 4 and 8; a reader batch of 2G or 3G (whose gcd with 48 differs) is whole
+    mixture batches; an epoch that is not a multiple of lcm(64, 48) = 192 is refused saying what to use."""
+    weights = {"gsm8k": 3, "other": 1}
+    mix = tmp_path / "mix.yaml"  # no --splits: the default 48
+    mix.write_text(f"weight_by: rows\nglobal_batch: 64\nsources:\n  - {{table: {tables['gsm8k']}, weight: 3}}\n"
+                   f"  - {{table: {tables['other']}, weight: 1}}\n")
+    out = str(tmp_path / "out")
+    manifest = materialize_mixture(mixture=mix, output=out, epochs=2, executor="local")
+    assert manifest.plan.num_splits == 48 and manifest.plan.mixture.epoch_rows == 384  # 400 rows, down to 2 x 192
+    assert {s.num_rows for e in manifest.epochs for s in e.splits} == {8}  # every split the same rows: none dropped
+    one = global_batches(out, 1, gbs=64)
+    expected = batch_counts(list(weights.values()), 64, 0, 12)  # 6 batches an epoch, counted on from epoch 0
+    assert len(one) == 12 and np.array_equal(np.stack([c for _, c in one]), expected)
+    assert all(len(set(ids.tolist())) == 64 for ids, _ in one[:6])  # epoch 0: no stream passes its end
+    for world in (4, 8):
+        assert all(np.array_equal(a[0], b[0]) for a, b in zip(one, global_batches(out, world, gbs=64), strict=True))
+    for k in (2, 3):
+        wide = global_batches(out, 2, gbs=64 * k, epochs=[0])
+        assert [sorted(ids.tolist()) for ids, _ in wide] == [
+            sorted(np.concatenate([one[k * t + i][0] for i in range(k)]).tolist()) for t in range(6 // k)]
+    assert verify(out).ok
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(mix.read_text() + "epoch_rows: 320\n")
+    with pytest.raises(PrepError, match=r"epoch_rows=320 must be a multiple of 192, the least common multiple of "
+                                        r"global_batch=64 and num_splits=48 .* use 192 or 384, or leave epoch_rows out"):
+        materialize_mixture(mixture=bad, output=str(tmp_path / "bad"), epochs=1, executor="local")
 
 
 def test_resuming_mid_epoch_reads_what_the_uninterrupted_run_reads(tables, tmp_path):

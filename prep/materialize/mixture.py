@@ -140,7 +140,7 @@ class MixtureRun:
             check_plannable(plan.mixture.epoch_rows, "mixture")
         sources = tuple(open_sources(plan.mixture, s3))
         schema = output_schema(sources)
-        epoch_rows = epoch_rows_for(plan.mixture, sources)
+        epoch_rows = epoch_rows_for(plan.mixture, sources, plan.num_splits)
         check_plannable(epoch_rows, "mixture")
         plan = replace(plan, mixture=replace(plan.mixture, sources=tuple(s.spec for s in sources), epoch_rows=epoch_rows))
         first = sources[0].spec

@@ -160,19 +160,22 @@ def _mean_tokens(mix: MixtureSpec, sources: Sequence[OpenSource]) -> float:
     return float((rows / rows.sum() * means).sum())
 
 
-def epoch_rows_for(mix: MixtureSpec, sources: Sequence[OpenSource]) -> int:
-    """Rows per epoch (a multiple of ``G``): as given; from ``epoch_tokens`` over the mean tokens of a
-    mixture row (rounded to the nearest multiple of ``G``); else all selected rows of all sources
-    (rounded down to a multiple of ``G``)."""
-    g = mix.global_batch
+def epoch_rows_for(mix: MixtureSpec, sources: Sequence[OpenSource], num_splits: int) -> int:
+    """Rows per epoch, a multiple of ``u = lcm(G, S)`` (:func:`prep.plan.mixture.epoch_unit`: whole
+    global batches, the same rows in every split): as given; from ``epoch_tokens`` over the mean tokens
+    of a mixture row (rounded to the nearest multiple of ``u``); else all selected rows of all sources
+    (rounded down to a multiple of ``u``)."""
+    unit = mixture.epoch_unit(mix.global_batch, num_splits)
     if mix.epoch_rows is not None:
         return mix.epoch_rows
     if mix.epoch_tokens is not None:
-        return max(g, round(mix.epoch_tokens / _mean_tokens(mix, sources) / g) * g)
+        return max(unit, round(mix.epoch_tokens / _mean_tokens(mix, sources) / unit) * unit)
     total = sum(s.selected for s in sources)
-    if total < g:
-        raise PrepError(f"mixture: its sources hold {total} rows, fewer than one global batch ({g}); set epoch_rows")
-    return total // g * g
+    if total < unit:
+        raise PrepError(f"mixture: its sources hold {total} rows, fewer than {unit} (the least common multiple of the "
+                        f"global batch {mix.global_batch} and the {num_splits} splits, the smallest epoch); set "
+                        f"epoch_rows: {unit} (sources repeat), or use fewer splits")
+    return total // unit * unit
 
 
 def plan_sources(mix: MixtureSpec, sources: Sequence[OpenSource]) -> list[mixture.Source]:

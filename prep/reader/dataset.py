@@ -110,7 +110,8 @@ class ReaderDataset(IterableDataset):
                             "through an on-the-fly plan, which reads the table in place")
         self.rank, self.world_size = rank_and_world_size(rank, world_size)
         self.global_batch_size = global_batch_size
-        self.share = Share(global_batch_size, self.layout.num_splits, self.rank, self.world_size)
+        self.share = Share(global_batch_size, self.layout.num_splits, self.rank, self.world_size,
+                           order_batch=self.layout.mixture_batch)
         self.splits = self.share.splits  # the splits this rank reads (its own when the world size divides them)
         self.schedule = Schedule.build(self.layout.split_rows, chosen, self.share)
         self.local_batch_size = self.share.local_batch_size
