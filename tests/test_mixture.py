@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 from dataclasses import replace
 
@@ -278,6 +279,45 @@ def test_a_source_asked_to_repeat_more_than_its_max_repeats_is_refused(tables, t
     plan = mixture(tables, {"gsm8k": 1, "tiny": 1}, tiny={"max_repeats": 3})  # 160 rows of 6 an epoch
     with pytest.raises(PrepError, match=r"epoch 0 takes 160 rows of its 6 \(26.67 passes\), more than its max_repeats 3"):
         materialize_mixture(mixture=plan, output=str(tmp_path / "o"), epochs=1, executor="local")
+
+
+def test_repeats_are_stated_per_source_in_the_summary_the_manifest_and_inspect(tables, tmp_path, capsys):
+    """Issue 33: an epoch that goes through a small table many times says so, per source: rows available,
+    the most an epoch drew, repeats; the manifest field is strict, round-trips, and older manifests still read."""
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"weight_by: rows\nglobal_batch: {G}\nepoch_rows: 320\nsources:\n"
+                   f"  - {{table: {tables['gsm8k']}, weight: 1}}\n  - {{table: {tables['tiny']}, weight: 1}}\n")
+    out = str(tmp_path / "out")
+    assert main(["materialize-shuffle", "--mixture", str(mix), "--output", out, "--epochs", "2", "--splits", str(S)]) == 0
+    printed = capsys.readouterr().out
+    assert "300 rows available, 160 drawn an epoch, repeats 0.53x (no row repeats within an epoch)" in printed
+    assert "6 rows available, 160 drawn an epoch, repeats 26.67x (rows repeat within an epoch)" in printed
+    manifest = read_manifest(out)
+    assert [(t.selected_rows, t.drawn_rows, t.repeats) for t in manifest.mixture] == [(300, 160, 0.5333), (6, 160, 26.6667)]
+    doc = json.load(open(os.path.join(out, "manifest.json")))
+    assert [(t["drawn_rows"], t["repeats"]) for t in doc["mixture"]["tables"]] == [(160, 0.5333), (160, 26.6667)]
+    assert type(manifest).from_json(manifest.to_json(), out) == manifest
+    older = json.loads(json.dumps(doc))  # written before the field: counted from the epochs
+    for t in older["mixture"]["tables"]:
+        del t["drawn_rows"], t["repeats"]
+    assert type(manifest).from_json(older, out) == manifest
+    for key, value, says in [("repeats", 2.0, "repeats=2.0 must be"), ("drawn_rows", "160", "drawn_rows='160'"),
+                             ("drawn_rows", 150, "drawn_rows=150 and repeats=26.6667 must be")]:
+        bad = json.loads(json.dumps(doc))
+        bad["mixture"]["tables"][1][key] = value
+        with pytest.raises(PrepError, match=re.escape(says)):
+            type(manifest).from_json(bad, out)
+    bad = json.loads(json.dumps(doc))
+    bad["mixture"]["tables"][1].update(drawn_rows=12, repeats=2.0)
+    with pytest.raises(PrepError, match="drawn_rows=12 but its epochs drew at most 160 rows from it"):
+        type(manifest).from_json(bad, out)
+    assert main(["inspect", out]) == 0
+    text = capsys.readouterr().out
+    assert "mixture of 2 sft tables, 320 rows an epoch:" in text
+    assert f"source 0: {tables['gsm8k']} version 1: 300 rows available, 160 drawn an epoch, repeats 0.53x" in text
+    assert f"source 1: {tables['tiny']} version 1: 6 rows available, 160 drawn an epoch, repeats 26.67x" in text
+    assert main(["inspect", out, "--json"]) == 0
+    assert [t["repeats"] for t in json.loads(capsys.readouterr().out)["mixture"]] == [0.5333, 26.6667]
 
 
 def test_the_mixture_file_is_strict_and_the_cli_materializes_it(tables, tmp_path, capsys):

@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def mixture_summary(manifest: "Manifest") -> str:
-    """Per source: its weight and the share of rows and tokens it got over the written epochs."""
+    """Per source: its weight, the share of rows and tokens it got over the written epochs, and how often an
+    epoch goes through its rows (rows available, the most an epoch drew, repeats)."""
     mix = manifest.plan.mixture
     rows = [sum(e.source_rows[i] for e in manifest.epochs) for i in range(len(mix.sources))]
     tokens = [sum(e.source_tokens[i] for e in manifest.epochs) for i in range(len(mix.sources))]
@@ -114,4 +115,5 @@ def mixture_summary(manifest: "Manifest") -> str:
     for i, s in enumerate(mix.sources):
         lines.append(f"  source {i} {s.table}: weight {s.weight / weights:.3f}, rows {rows[i] / max(1, sum(rows)):.3f} "
                      f"({rows[i]:,}), tokens {tokens[i] / max(1, sum(tokens)):.3f} ({tokens[i]:,})")
+        lines.append(f"    {manifest.mixture[i].describe().split(': ', 1)[1]}")
     return "\n".join(lines)
