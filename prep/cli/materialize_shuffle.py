@@ -96,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     rows = f"{manifest.num_selected_rows:,} of {manifest.source.num_rows:,} rows selected"
     if len(manifest.versions) > 1:
         rows += f" at version {manifest.source.version} (the epochs drew from versions {list(manifest.versions)})"
+    if manifest.source.metadata.inferred is not None:
+        print(manifest.source.metadata.inferred)
     if manifest.mixture is not None:
         print(mixture_summary(manifest))
         rows = f"{manifest.num_selected_rows:,} rows an epoch from {len(manifest.mixture)} tables"
