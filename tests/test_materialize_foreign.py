@@ -95,6 +95,8 @@ def test_a_plain_token_table_materializes_reads_and_verifies_with_what_was_infer
     report = verify(out)
     assert report.ok, report.problems
     assert any("no id column" in n for n in report.notes)
+    assert main(["inspect", out]) == 0
+    assert f"  {said}" in capsys.readouterr().out
 
 
 def test_a_table_with_ids_and_a_loss_mask_is_sft_and_reads_on_the_fly_too(foreign, tmp_path):

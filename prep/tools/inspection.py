@@ -59,7 +59,8 @@ def open_prepared(path: str, s3: storage.S3Options | None = None) -> tuple[Kind,
         return "rejects", ds
     if meta is None:
         raise PrepError(f"{path} is a Lance table prep did not write (no prep metadata in its schema): "
-                        "inspect it with Lance itself, e.g. lance.dataset(path).head(5)")
+                        "inspect it with Lance itself, e.g. lance.dataset(path).head(5); `prep materialize-shuffle` "
+                        "and the reader take it when it has token or image columns")
     return "table", ds
 
 
@@ -205,6 +206,7 @@ def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[st
         "rows_per_epoch": {e: sum(r) for e, r in per_epoch.items()},
         "rows_per_split": per_epoch,
         "table_kind": meta.kind, "tokenizer": meta.tokenizer.to_json() if meta.tokenizer else None,
+        "inferred": meta.inferred,
         "versions": {"written_by_prep": manifest.prep_version, "this_prep": prep.__version__, "pylance": dist.version("pylance")},
     }
     if manifest.mixture is not None:
@@ -219,7 +221,7 @@ def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[st
         if "input_ids" in split.schema.names:
             report["samples"] = decode_rows(head, meta.tokenizer.name if meta.tokenizer else None)
         else:
-            report["samples"] = [{"id": int(r["id"]), "label": r.get("label")} for r in head]
+            report["samples"] = [{"id": r.get("id"), "label": r.get("label")} for r in head]
     return report
 
 
@@ -312,7 +314,7 @@ def _source_lines(r: dict[str, Any]) -> list[str]:
     """The table a plan ran over, or every table of a mixture with its rows available, drawn and repeats."""
     if not r.get("mixture"):
         return [f"  source: {r['source']['uri']} version {r['source']['version']} ({r.get('table_kind') or '?'}), "
-                f"{r['num_selected_rows']:,} rows selected"]
+                f"{r['num_selected_rows']:,} rows selected", *([f"  {r['inferred']}"] if r.get("inferred") else [])]
     tables = [MixtureTable(**{k: v for k, v in t.items() if k != "repeats"}) for t in r["mixture"]]
     return [f"  mixture of {len(tables)} {r.get('table_kind') or '?'} tables, {r['num_selected_rows']:,} rows an epoch:",
             *(f"    source {i}: {t.describe()}" for i, t in enumerate(tables))]
