@@ -167,3 +167,10 @@ def test_plain_tables_mix_with_each_other_and_not_with_a_tokenized_table_of_unkn
     assert manifest.source.metadata.inferred is not None
     assert [sum(e.source_rows) for e in manifest.epochs] == [manifest.plan.mixture.epoch_rows]
     assert verify(str(tmp_path / "mix")).ok
+
+
+def test_the_ray_executor_writes_what_the_local_one_writes_from_a_plain_table(foreign, tmp_path, ray_local):
+    local = materialize_shuffle(table=foreign["plain"], output=str(tmp_path / "local"), epochs=1, splits=S, executor="local")
+    on_ray = materialize_shuffle(table=foreign["plain"], output=str(tmp_path / "ray"), epochs=1, splits=S, executor="ray")
+    assert [e.splits for e in on_ray.epochs] == [e.splits for e in local.epochs]
+    assert on_ray.source.metadata == local.source.metadata
