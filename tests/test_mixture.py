@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 from dataclasses import replace
 
@@ -27,6 +28,7 @@ from prep.errors import PrepError
 from prep.contracts.manifest import read_manifest, write_manifest
 from prep.materialize import materialize_mixture
 from prep.materialize.mixture_file import load_mixture
+from prep.plan.mixture import batch_counts
 from prep.plan.spec import MixtureSource, MixtureSpec, PlanSpec
 from prep.reader import ReaderDataset
 from prep.materialize.verify import verify
@@ -139,6 +141,37 @@ def test_every_world_size_dividing_the_splits_reads_the_same_global_batches_and_
         ReaderDataset(out, global_batch_size=24, rank=0, world_size=1)
 
 
+def test_a_global_batch_that_the_default_48_splits_do_not_divide_reads_the_same_exact_batches_at_every_world_size(
+        tables, tmp_path):
+    """G = 64 over 48 splits (issue 33): each reader global batch is one mixture batch, with exactly the plan's
+    per-batch counts, at world sizes 1, 4 and 8; a reader batch of 2G or 3G (whose gcd with 48 differs) is whole
+    mixture batches; an epoch that is not a multiple of lcm(64, 48) = 192 is refused saying what to use."""
+    weights = {"gsm8k": 3, "other": 1}
+    mix = tmp_path / "mix.yaml"  # no --splits: the default 48
+    mix.write_text(f"weight_by: rows\nglobal_batch: 64\nsources:\n  - {{table: {tables['gsm8k']}, weight: 3}}\n"
+                   f"  - {{table: {tables['other']}, weight: 1}}\n")
+    out = str(tmp_path / "out")
+    manifest = materialize_mixture(mixture=mix, output=out, epochs=2, executor="local")
+    assert manifest.plan.num_splits == 48 and manifest.plan.mixture.epoch_rows == 384  # 400 rows, down to 2 x 192
+    assert {s.num_rows for e in manifest.epochs for s in e.splits} == {8}  # every split the same rows: none dropped
+    one = global_batches(out, 1, gbs=64)
+    expected = batch_counts(list(weights.values()), 64, 0, 12)  # 6 batches an epoch, counted on from epoch 0
+    assert len(one) == 12 and np.array_equal(np.stack([c for _, c in one]), expected)
+    assert all(len(set(ids.tolist())) == 64 for ids, _ in one[:6])  # epoch 0: no stream passes its end
+    for world in (4, 8):
+        assert all(np.array_equal(a[0], b[0]) for a, b in zip(one, global_batches(out, world, gbs=64), strict=True))
+    for k in (2, 3):
+        wide = global_batches(out, 2, gbs=64 * k, epochs=[0])
+        assert [sorted(ids.tolist()) for ids, _ in wide] == [
+            sorted(np.concatenate([one[k * t + i][0] for i in range(k)]).tolist()) for t in range(6 // k)]
+    assert verify(out).ok
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(mix.read_text() + "epoch_rows: 320\n")
+    with pytest.raises(PrepError, match=r"epoch_rows=320 must be a multiple of 192, the least common multiple of "
+                                        r"global_batch=64 and num_splits=48 .* use 192 or 384, or leave epoch_rows out"):
+        materialize_mixture(mixture=bad, output=str(tmp_path / "bad"), epochs=1, executor="local")
+
+
 def test_resuming_mid_epoch_reads_what_the_uninterrupted_run_reads(tables, tmp_path):
     out = str(tmp_path / "out")
     materialize_mixture(mixture=mixture(tables, {"gsm8k": 1, "other": 1, "tiny": 0.02}), output=out, epochs=2, executor="local")
@@ -246,6 +279,45 @@ def test_a_source_asked_to_repeat_more_than_its_max_repeats_is_refused(tables, t
     plan = mixture(tables, {"gsm8k": 1, "tiny": 1}, tiny={"max_repeats": 3})  # 160 rows of 6 an epoch
     with pytest.raises(PrepError, match=r"epoch 0 takes 160 rows of its 6 \(26.67 passes\), more than its max_repeats 3"):
         materialize_mixture(mixture=plan, output=str(tmp_path / "o"), epochs=1, executor="local")
+
+
+def test_repeats_are_stated_per_source_in_the_summary_the_manifest_and_inspect(tables, tmp_path, capsys):
+    """Issue 33: an epoch that goes through a small table many times says so, per source: rows available,
+    the most an epoch drew, repeats; the manifest field is strict, round-trips, and older manifests still read."""
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"weight_by: rows\nglobal_batch: {G}\nepoch_rows: 320\nsources:\n"
+                   f"  - {{table: {tables['gsm8k']}, weight: 1}}\n  - {{table: {tables['tiny']}, weight: 1}}\n")
+    out = str(tmp_path / "out")
+    assert main(["materialize-shuffle", "--mixture", str(mix), "--output", out, "--epochs", "2", "--splits", str(S)]) == 0
+    printed = capsys.readouterr().out
+    assert "300 rows available, 160 drawn an epoch, repeats 0.53x (no row repeats within an epoch)" in printed
+    assert "6 rows available, 160 drawn an epoch, repeats 26.67x (rows repeat within an epoch)" in printed
+    manifest = read_manifest(out)
+    assert [(t.selected_rows, t.drawn_rows, t.repeats) for t in manifest.mixture] == [(300, 160, 0.5333), (6, 160, 26.6667)]
+    doc = json.load(open(os.path.join(out, "manifest.json")))
+    assert [(t["drawn_rows"], t["repeats"]) for t in doc["mixture"]["tables"]] == [(160, 0.5333), (160, 26.6667)]
+    assert type(manifest).from_json(manifest.to_json(), out) == manifest
+    older = json.loads(json.dumps(doc))  # written before the field: counted from the epochs
+    for t in older["mixture"]["tables"]:
+        del t["drawn_rows"], t["repeats"]
+    assert type(manifest).from_json(older, out) == manifest
+    for key, value, says in [("repeats", 2.0, "repeats=2.0 must be"), ("drawn_rows", "160", "drawn_rows='160'"),
+                             ("drawn_rows", 150, "drawn_rows=150 and repeats=26.6667 must be")]:
+        bad = json.loads(json.dumps(doc))
+        bad["mixture"]["tables"][1][key] = value
+        with pytest.raises(PrepError, match=re.escape(says)):
+            type(manifest).from_json(bad, out)
+    bad = json.loads(json.dumps(doc))
+    bad["mixture"]["tables"][1].update(drawn_rows=12, repeats=2.0)
+    with pytest.raises(PrepError, match="drawn_rows=12 but its epochs drew at most 160 rows from it"):
+        type(manifest).from_json(bad, out)
+    assert main(["inspect", out]) == 0
+    text = capsys.readouterr().out
+    assert "mixture of 2 sft tables, 320 rows an epoch:" in text
+    assert f"source 0: {tables['gsm8k']} version 1: 300 rows available, 160 drawn an epoch, repeats 0.53x" in text
+    assert f"source 1: {tables['tiny']} version 1: 6 rows available, 160 drawn an epoch, repeats 26.67x" in text
+    assert main(["inspect", out, "--json"]) == 0
+    assert [t["repeats"] for t in json.loads(capsys.readouterr().out)["mixture"]] == [0.5333, 26.6667]
 
 
 def test_the_mixture_file_is_strict_and_the_cli_materializes_it(tables, tmp_path, capsys):

@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     rows = f"{manifest.num_selected_rows:,} of {manifest.source.num_rows:,} rows selected"
     if len(manifest.versions) > 1:
         rows += f" at version {manifest.source.version} (the epochs drew from versions {list(manifest.versions)})"
+    if manifest.source.metadata.inferred is not None:
+        print(manifest.source.metadata.inferred)
     if manifest.mixture is not None:
         print(mixture_summary(manifest))
         rows = f"{manifest.num_selected_rows:,} rows an epoch from {len(manifest.mixture)} tables"
@@ -120,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def mixture_summary(manifest: "Manifest") -> str:
-    """Per source: its weight and the share of rows and tokens it got over the written epochs."""
+    """Per source: its weight, the share of rows and tokens it got over the written epochs, and how often an
+    epoch goes through its rows (rows available, the most an epoch drew, repeats)."""
     mix = manifest.plan.mixture
     rows = [sum(e.source_rows[i] for e in manifest.epochs) for i in range(len(mix.sources))]
     tokens = [sum(e.source_tokens[i] for e in manifest.epochs) for i in range(len(mix.sources))]
@@ -129,4 +132,5 @@ def mixture_summary(manifest: "Manifest") -> str:
     for i, s in enumerate(mix.sources):
         lines.append(f"  source {i} {s.table}: weight {s.weight / weights:.3f}, rows {rows[i] / max(1, sum(rows)):.3f} "
                      f"({rows[i]:,}), tokens {tokens[i] / max(1, sum(tokens)):.3f} ({tokens[i]:,})")
+        lines.append(f"    {manifest.mixture[i].describe().split(': ', 1)[1]}")
     return "\n".join(lines)

@@ -9,8 +9,9 @@ from and the rows selected there (an output extended onto a grown table with
 ``--extend`` holds epochs of several versions; ``source`` is the newest of them, and
 ``fingerprint``, which reader states and caches name, stays the one of the version the
 output started on). A mixture's manifest also lists its tables
-(:class:`MixtureTable`, versions pinned once) and, per epoch, the rows and tokens each
-source got (counted in the data written); a single-table manifest has neither key.
+(:class:`MixtureTable`, versions pinned once, with the rows available, the most an epoch drew and
+the repeats that makes) and, per epoch, the rows and tokens each source got (counted in the data
+written); a single-table manifest has neither key.
 :func:`read_manifest` is the only parser (it also reads :data:`FORMAT_V1`, whose epochs
 all drew from ``source.version``); anything wrong is one line naming the file and the
 first bad key, and telling to re-run materialize.
@@ -101,12 +102,40 @@ class Source:
 
 @dataclass(frozen=True, kw_only=True)
 class MixtureTable:
-    """One table of a mixture as materialized: pinned ``version``, its rows and those its filter selected."""
+    """One table of a mixture as materialized: pinned ``version``, its rows, those its filter selected
+    (the rows available to draw from) and ``drawn_rows``, the most rows any epoch of the output drew from
+    it (None: counted from the epochs by :class:`Manifest`, as for manifests written before the field).
+    ``repeats`` says how often an epoch goes through its rows: above 1, rows repeat within an epoch."""
 
     uri: str
     version: int
     num_rows: int
     selected_rows: int
+    drawn_rows: int | None = None
+
+    @property
+    def repeats(self) -> float:
+        """Passes an epoch makes over the selected rows (drawn over available), to :data:`_REPEATS_DIGITS` digits."""
+        return round((self.drawn_rows or 0) / max(1, self.selected_rows), _REPEATS_DIGITS)
+
+    def describe(self) -> str:
+        """One line for summaries and ``prep inspect``.
+
+        >>> MixtureTable(uri="a.lance", version=1, num_rows=7473, selected_rows=7473, drawn_rows=10259).describe()
+        'a.lance version 1: 7,473 rows available, 10,259 drawn an epoch, repeats 1.37x (rows repeat within an epoch)'
+        """
+        rows = f"{self.selected_rows:,} rows available" + (
+            f" (its filter selected them of {self.num_rows:,})" if self.selected_rows != self.num_rows else "")
+        why = "rows repeat within an epoch" if self.repeats > 1 else "no row repeats within an epoch"
+        return f"{self.uri} version {self.version}: {rows}, {self.drawn_rows or 0:,} drawn an epoch, " \
+               f"repeats {self.repeats:.2f}x ({why})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "version": self.version, "num_rows": self.num_rows, "selected_rows": self.selected_rows,
+                "drawn_rows": self.drawn_rows, "repeats": self.repeats}
+
+
+_REPEATS_DIGITS = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,12 +152,16 @@ class Manifest:
     mixture: tuple[MixtureTable, ...] | None = None  # a mixture's tables (``source`` is the first of them)
 
     def __post_init__(self) -> None:
-        """An epoch that names no version drew from ``source`` (what a :data:`FORMAT_V1` manifest says)."""
+        """An epoch that names no version drew from ``source`` (what a :data:`FORMAT_V1` manifest says); a mixture
+        table that gives no ``drawn_rows`` drew the most its epochs' per-source counts say."""
         object.__setattr__(self, "epochs", tuple(
             e if e.version is not None and e.num_selected_rows is not None else replace(
                 e, version=self.source.version if e.version is None else e.version,
                 num_selected_rows=self.num_selected_rows if e.num_selected_rows is None else e.num_selected_rows)
             for e in self.epochs))
+        if self.mixture is not None and self.epochs and all(e.source_rows is not None for e in self.epochs):
+            object.__setattr__(self, "mixture", tuple(t if t.drawn_rows is not None else replace(
+                t, drawn_rows=max(e.source_rows[i] for e in self.epochs)) for i, t in enumerate(self.mixture)))
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -166,8 +199,7 @@ class Manifest:
             "epochs": [e.to_json(per_version=self.mixture is None) for e in self.epochs],
         }
         if self.mixture is not None:
-            doc["mixture"] = {"tables": [{"uri": t.uri, "version": t.version, "num_rows": t.num_rows,
-                                          "selected_rows": t.selected_rows} for t in self.mixture]}
+            doc["mixture"] = {"tables": [t.to_json() for t in self.mixture]}
         return doc
 
     @classmethod
@@ -223,6 +255,7 @@ def _parse(doc: Any) -> Manifest:
         raise PrepError(f"epochs {numbers} lists an epoch twice")
     if per_version:
         _versions(epochs, src["version"], doc["num_selected_rows"])
+    _drawn(mixture, epochs)
     return Manifest(
         prep_version=doc["prep_version"], fingerprint=doc["fingerprint"],
         source=Source(uri=src["uri"], version=src["version"], num_rows=src["num_rows"],
@@ -249,13 +282,33 @@ def _mixture(doc: Any, plan: PlanSpec) -> tuple[MixtureTable, ...] | None:
         raise PrepError(f"mixture must be {{\"tables\": [...]}} with one entry per plan source ({len(plan.mixture.sources)})")
     out = []
     for t in tables:
-        if not (isinstance(t, dict) and set(t) == {"uri", "version", "num_rows", "selected_rows"}
+        keys = set(t) if isinstance(t, dict) else set()
+        if not (keys in (_TABLE_KEYS, _TABLE_KEYS | _DRAWN_KEYS)
                 and isinstance(t["uri"], str) and _int(t["version"], 1) and _int(t["num_rows"]) and _int(t["selected_rows"])):
-            raise PrepError(f"mixture table {str(t)[:80]} needs uri, version (>= 1), num_rows and selected_rows")
+            raise PrepError(f"mixture table {str(t)[:80]} needs uri, version (>= 1), num_rows and selected_rows "
+                            "(and drawn_rows with repeats, or neither)")
         if t["selected_rows"] > t["num_rows"]:
             raise PrepError(f"mixture table {t['uri']}: selected_rows={t['selected_rows']} is more than its num_rows={t['num_rows']}")
-        out.append(MixtureTable(uri=t["uri"], version=t["version"], num_rows=t["num_rows"], selected_rows=t["selected_rows"]))
+        table = MixtureTable(uri=t["uri"], version=t["version"], num_rows=t["num_rows"], selected_rows=t["selected_rows"],
+                             drawn_rows=t.get("drawn_rows"))
+        if _DRAWN_KEYS <= keys and not (_int(t["drawn_rows"]) and isinstance(t["repeats"], (int, float))
+                                        and not isinstance(t["repeats"], bool) and t["repeats"] == table.repeats):
+            raise PrepError(f"mixture table {t['uri']}: drawn_rows={t['drawn_rows']!r} and repeats={t['repeats']!r} must be "
+                            f"an integer >= 0 and drawn_rows / selected_rows ({table.repeats if _int(t['drawn_rows']) else '?'})")
+        out.append(table)
     return tuple(out)
+
+
+_TABLE_KEYS = {"uri", "version", "num_rows", "selected_rows"}
+_DRAWN_KEYS = {"drawn_rows", "repeats"}  # written since issue 33; older manifests count them from their epochs
+
+
+def _drawn(mixture: tuple[MixtureTable, ...] | None, epochs: tuple[Epoch, ...]) -> None:
+    """Each table's ``drawn_rows`` is the most rows an epoch drew from it (its epochs' per-source counts)."""
+    for i, t in enumerate(mixture or ()):
+        most = max(e.source_rows[i] for e in epochs)
+        if t.drawn_rows is not None and t.drawn_rows != most:
+            raise PrepError(f"mixture table {t.uri}: drawn_rows={t.drawn_rows} but its epochs drew at most {most} rows from it")
 
 
 def _counts(entry: dict, epoch: int, width: int | None) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:

@@ -40,7 +40,7 @@ Kind = Literal["sft", "pretrain", "packed", "images"]
 KINDS: tuple[str, ...] = get_args(Kind)
 TEXT_KINDS: tuple[str, ...] = ("sft", "pretrain", "packed")
 _FIELDS = {"format", "prep_version", "kind", "config", "config_hash", "sources", "counts", "rejects_uri",
-           "tokenizer", "seq_len", "image", "history"}
+           "tokenizer", "seq_len", "image", "history", "inferred"}
 
 
 def _fail(where: str, what: str) -> PrepError:
@@ -211,6 +211,8 @@ class TableMetadata:
         history: the steps that made the table, oldest first (one for a table written before
             steps were recorded).
         extra: a job's own keys (labels, encoded, decoder...), kept as written.
+        inferred: None for a table prep wrote; for one it did not, what prep inferred from its
+            columns, in one sentence (:mod:`prep.contracts.foreign`).
     """
 
     kind: Kind
@@ -226,6 +228,7 @@ class TableMetadata:
     history: tuple[Step, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     format: str = TABLE_FORMAT
+    inferred: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
@@ -262,8 +265,11 @@ class TableMetadata:
         sources = raw.get("sources") or []
         if not isinstance(sources, list) or not all(isinstance(s, Mapping) for s in sources):
             raise _fail(where, "sources must be a list of objects")
+        inferred = raw.get("inferred")
+        if inferred is not None and not isinstance(inferred, str):
+            raise _fail(where, f"inferred={inferred!r} must be a sentence")
         tokenizer = TokenizerInfo.from_json(raw["tokenizer"], where) if raw.get("tokenizer") is not None else None
-        if kind in TEXT_KINDS and tokenizer is None:
+        if kind in TEXT_KINDS and tokenizer is None and inferred is None:
             raise _fail(where, f"of a {kind} table names no tokenizer")
         seq_len = _int(where, "seq_len", raw.get("seq_len"), low=1, optional=True)
         if kind == "packed" and seq_len is None:
@@ -273,9 +279,11 @@ class TableMetadata:
         if not isinstance(config, Mapping):
             raise _fail(where, "config must be an object")
         history = raw.get("history")
-        if history is None:  # written before steps were recorded: one step made all of it
-            steps: tuple[Step, ...] = (Step(version=None, added=tuple(str(s.get("uri", "")) for s in sources),
-                                            rows_added=counts.get("rows_written", 0), tokens_added=counts.get("tokens", 0)),)
+        if inferred is not None and history == []:  # a table prep did not write: no steps are known
+            steps: tuple[Step, ...] = ()
+        elif history is None:  # written before steps were recorded: one step made all of it
+            steps = (Step(version=None, added=tuple(str(s.get("uri", "")) for s in sources),
+                          rows_added=counts.get("rows_written", 0), tokens_added=counts.get("tokens", 0)),)
         elif isinstance(history, list) and history:
             steps = tuple(Step.from_json(h, where) for h in history)
         else:
@@ -283,7 +291,7 @@ class TableMetadata:
         return cls(kind=kind, prep_version=str(raw.get("prep_version", "?")), config=config,
                    config_hash=str(raw.get("config_hash", "")), sources=tuple(sources), counts=counts,
                    rejects_uri=str(raw.get("rejects_uri", "")), tokenizer=tokenizer, seq_len=seq_len, image=image,
-                   history=steps, extra={k: v for k, v in raw.items() if k not in _FIELDS})
+                   history=steps, extra={k: v for k, v in raw.items() if k not in _FIELDS}, inferred=inferred)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object stored in the table (and in a manifest's ``source.metadata``)."""
@@ -295,6 +303,7 @@ class TableMetadata:
             "tokenizer": self.tokenizer.to_json() if self.tokenizer else None, "seq_len": self.seq_len,
             "image": self.image.to_json() if self.image else None,
             "history": [h.to_json() for h in self.history],
+            **({"inferred": self.inferred} if self.inferred is not None else {}),
         }
 
 

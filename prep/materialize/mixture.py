@@ -8,9 +8,10 @@ source and row, after checking that the plan fits in memory), run one task per m
 writes again only the splits without a sound done record, so a killed run finishes
 where it stopped and writes the same bytes.
 
-Global batch ``t`` of an epoch (``G`` positions) is laid out as ``b = G/S`` rows in
-each split (:func:`prep.plan.mixture.split_positions`): the reader's step ``t`` is
-that global batch at every world size dividing ``S``. Every row carries its source
+Global batch ``t`` of an epoch (``G`` positions) is laid out as the reader reads a global
+batch of ``G`` rows, a run of rows in each split (``b = G/S`` when ``S`` divides ``G``;
+:func:`prep.plan.mixture.split_positions`): the reader's step ``t`` is that global batch at
+every world size dividing ``G``. Every row carries its source
 index in a ``uint16`` ``source`` column, and every done record counts the rows and
 tokens each source put in its split (the manifest sums them per epoch).
 
@@ -140,7 +141,7 @@ class MixtureRun:
             check_plannable(plan.mixture.epoch_rows, "mixture")
         sources = tuple(open_sources(plan.mixture, s3))
         schema = output_schema(sources)
-        epoch_rows = epoch_rows_for(plan.mixture, sources)
+        epoch_rows = epoch_rows_for(plan.mixture, sources, plan.num_splits)
         check_plannable(epoch_rows, "mixture")
         plan = replace(plan, mixture=replace(plan.mixture, sources=tuple(s.spec for s in sources), epoch_rows=epoch_rows))
         first = sources[0].spec
@@ -193,7 +194,8 @@ def materialize_mixture(*, mixture: str | Path | PlanSpec, splits: int = DEFAULT
 
     Args:
         mixture: a mixture file (:mod:`prep.materialize.mixture_file`) or a plan with a mixture.
-        splits: splits per epoch when ``mixture`` is a file (its ``global_batch`` must be a multiple).
+        splits: splits per epoch when ``mixture`` is a file (any number: an epoch is a multiple of
+            ``lcm(global_batch, splits)`` rows).
         **options: the run's options, :class:`prep.materialize.options.RunOptions` (``output`` and ``epochs`` at least).
 
     Returns:

@@ -10,6 +10,7 @@ table's ``prep`` metadata). Any mismatch is one line naming both tables.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
@@ -18,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prep.contracts.table import TableMetadata, read_table_metadata
+from prep.contracts.foreign import serving_metadata
+from prep.contracts.table import TableMetadata
 from prep.io import lance_tables
 
 from prep.io import storage
@@ -29,6 +31,7 @@ from prep.plan.spec import MixtureSource, MixtureSpec
 __all__ = ["SOURCE_COLUMN", "OpenSource", "open_sources", "output_schema", "epoch_rows_for", "plan_sources",
            "row_tokens", "check_repeats"]
 
+log = logging.getLogger("prep.materialize")
 SOURCE_COLUMN = "source"  # uint16: the index of the row's table in the mixture file
 
 
@@ -103,7 +106,9 @@ def _open(index: int, src: MixtureSource, s3: storage.S3Options, need_lengths: b
         cols = ["length"] if "length" in ds.schema.names else ["input_ids"]
         lengths = row_tokens(ds.to_table(columns=cols, filter=src.filter))
     opened = OpenSource(index=index, spec=replace(src, table=uri, version=version), dataset=ds,
-                        metadata=read_table_metadata(ds, uri), num_rows=ds.count_rows(), addresses=addresses, lengths=lengths)
+                        metadata=serving_metadata(ds, uri), num_rows=ds.count_rows(), addresses=addresses, lengths=lengths)
+    if opened.metadata.inferred is not None:
+        log.warning("mixture source %d: %s", index, opened.metadata.inferred)
     if opened.selected == 0:
         why = f"its filter {src.filter!r} selects none of its {opened.num_rows:,} rows" if src.filter else "it is empty"
         raise PrepError(f"mixture source {uri} (version {version}): {why}; drop it or loosen the filter")
@@ -160,19 +165,22 @@ def _mean_tokens(mix: MixtureSpec, sources: Sequence[OpenSource]) -> float:
     return float((rows / rows.sum() * means).sum())
 
 
-def epoch_rows_for(mix: MixtureSpec, sources: Sequence[OpenSource]) -> int:
-    """Rows per epoch (a multiple of ``G``): as given; from ``epoch_tokens`` over the mean tokens of a
-    mixture row (rounded to the nearest multiple of ``G``); else all selected rows of all sources
-    (rounded down to a multiple of ``G``)."""
-    g = mix.global_batch
+def epoch_rows_for(mix: MixtureSpec, sources: Sequence[OpenSource], num_splits: int) -> int:
+    """Rows per epoch, a multiple of ``u = lcm(G, S)`` (:func:`prep.plan.mixture.epoch_unit`: whole
+    global batches, the same rows in every split): as given; from ``epoch_tokens`` over the mean tokens
+    of a mixture row (rounded to the nearest multiple of ``u``); else all selected rows of all sources
+    (rounded down to a multiple of ``u``)."""
+    unit = mixture.epoch_unit(mix.global_batch, num_splits)
     if mix.epoch_rows is not None:
         return mix.epoch_rows
     if mix.epoch_tokens is not None:
-        return max(g, round(mix.epoch_tokens / _mean_tokens(mix, sources) / g) * g)
+        return max(unit, round(mix.epoch_tokens / _mean_tokens(mix, sources) / unit) * unit)
     total = sum(s.selected for s in sources)
-    if total < g:
-        raise PrepError(f"mixture: its sources hold {total} rows, fewer than one global batch ({g}); set epoch_rows")
-    return total // g * g
+    if total < unit:
+        raise PrepError(f"mixture: its sources hold {total} rows, fewer than {unit} (the least common multiple of the "
+                        f"global batch {mix.global_batch} and the {num_splits} splits, the smallest epoch); set "
+                        f"epoch_rows: {unit} (sources repeat), or use fewer splits")
+    return total // unit * unit
 
 
 def plan_sources(mix: MixtureSpec, sources: Sequence[OpenSource]) -> list[mixture.Source]:

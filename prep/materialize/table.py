@@ -28,7 +28,8 @@ import numpy as np
 from prep import __version__ as prep_version
 from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import Epoch, Manifest, Source
-from prep.contracts.table import read_table_metadata
+from prep.contracts.foreign import serving_metadata
+from prep.contracts.table import TableMetadata
 from prep.contracts.materialized import WORK
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
@@ -130,6 +131,7 @@ class TableRun:
             raise PrepError("this plan is a mixture: materialize it with materialize_mixture")
         self.table, self.plan = table, plan
         self.source: Any = None  # the open table, once resolved
+        self.metadata: TableMetadata | None = None  # its prep metadata, or what was inferred from its columns
 
     def resolve(self, output: str, options: RunOptions, s3: storage.S3Options) -> ResolvedTable:
         """Opens the table at its newest version and checks the plan's columns against it."""
@@ -141,6 +143,9 @@ class TableRun:
         version, total = source.version, source.count_rows()
         if total == 0:
             raise PrepError(f"table {uri} (version {version}) is empty: there is nothing to shuffle")
+        self.metadata = serving_metadata(source, uri)  # a table that cannot serve is refused here, before any work
+        if self.metadata.inferred is not None:
+            log.warning("%s", self.metadata.inferred)
         names = source.schema.names
         columns = list(spec.columns or names)
         unknown = [c for c in columns if c not in names]
@@ -234,7 +239,7 @@ class TableRun:
         return Manifest(
             prep_version=prep_version, fingerprint=job.fingerprint,
             source=Source(uri=job.source, version=job.version, num_rows=self.source.count_rows(),
-                          metadata=read_table_metadata(self.source, job.source)),
+                          metadata=self.metadata),
             plan=job.plan, num_selected_rows=job.num_selected, columns=job.columns, epochs=epochs)
 
 

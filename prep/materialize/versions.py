@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import MANIFEST, Epoch, Manifest, read_manifest
-from prep.contracts.table import read_table_metadata
+from prep.contracts.foreign import serving_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
 from prep.materialize.rerun import check_splits
@@ -78,7 +78,7 @@ def lineage(job: Any, epochs: range, *, extend: bool, overwrite: bool) -> Lineag
 
 def _same_rows(prev: Manifest, job: Any) -> None:
     """The newest version's rows batch like the old ones: the same columns, kind, tokenizer, row or image shape."""
-    meta = read_table_metadata(lance_tables.open_table(job.source, job.version, job.lance_options(job.source)), job.source)
+    meta = serving_metadata(lance_tables.open_table(job.source, job.version, job.lance_options(job.source)), job.source)
     old = prev.source.metadata
     changed = [f"columns {list(prev.columns)} -> {list(job.columns)}"] if tuple(job.columns) != prev.columns else []
     changed += [f"{key} {getattr(old, key)!r} -> {getattr(meta, key)!r}" for key in ("kind", "tokenizer", "seq_len", "image")

@@ -33,6 +33,7 @@ Everything is a pure function of (row counts, token lengths, weights, seed, clum
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, Sequence
@@ -41,9 +42,10 @@ import numpy as np
 
 from prep.errors import PrepError
 from prep.plan import permutation
+from prep.runtime.world import Share
 
 __all__ = ["Source", "EpochSequence", "batch_counts", "batch_order", "stream_rows", "token_order", "epoch_sequence",
-           "split_positions"]
+           "split_positions", "epoch_unit"]
 
 Unit = Literal["rows", "tokens"]
 
@@ -248,17 +250,38 @@ def epoch_sequence(sources: Sequence[Source], *, global_batch: int, epoch_rows: 
 def split_positions(epoch_rows: int, global_batch: int, num_splits: int, split: int) -> np.ndarray:
     """Positions of the epoch sequence that split ``split`` holds, in its read order.
 
-    Global batch ``t`` (positions ``[t*G, (t+1)*G)``) gives split ``s`` its positions
-    ``[t*G + s*b, t*G + (s+1)*b)``, ``b = G/S``: a reader's step ``t`` (``b`` rows of every
-    split) is then global batch ``t`` whatever the world size, and a reader's global batch
-    of ``k*G`` rows is ``k`` whole mixture batches.
+    The reader's global batch ``t`` (:class:`prep.runtime.world.Share`, for ``G`` over ``S``
+    splits) takes a contiguous run of rows from each split and presents them split after
+    split; this lays positions ``[t*G, (t+1)*G)`` of the sequence out in that presentation,
+    so every reader's global batch ``t`` is mixture batch ``t`` at every world size dividing
+    ``G``, in the mixture's own order (ranks take contiguous, evenly mixed parts of it).
+    When ``S`` divides ``G`` the run is ``b = G/S`` rows of every split:
+    ``[t*G + s*b, t*G + (s+1)*b)``. An epoch must be a multiple of ``lcm(G, S)`` rows, so that
+    every split holds the same rows and the reader delivers the whole epoch.
 
     >>> split_positions(8, 4, 2, 1).tolist()
     [2, 3, 6, 7]
+    >>> [split_positions(6, 3, 2, s).tolist() for s in (0, 1)]
+    [[0, 1, 3], [2, 4, 5]]
     """
-    if global_batch % num_splits or epoch_rows % global_batch:
-        raise PrepError(f"global batch {global_batch} must be a multiple of the {num_splits} splits, "
-                        f"and epoch_rows {epoch_rows} a multiple of it")
-    b = global_batch // num_splits
-    starts = np.arange(epoch_rows // global_batch, dtype=np.int64) * global_batch + split * b
-    return (starts[:, None] + np.arange(b, dtype=np.int64)).ravel()
+    unit = epoch_unit(global_batch, num_splits)
+    if epoch_rows < 1 or epoch_rows % unit:
+        raise PrepError(f"epoch_rows {epoch_rows} must be a positive multiple of {unit} (the least common multiple of "
+                        f"the global batch {global_batch} and the {num_splits} splits)")
+    share = Share(global_batch, num_splits)
+    steps = np.arange(epoch_rows // global_batch, dtype=np.int64)
+    first = share.split_starts(steps)
+    runs = share.split_starts(steps + 1) - first  # rows each split gives each global batch
+    starts = steps * global_batch + (np.cumsum(runs, axis=1) - runs)[:, split]  # where split's run sits in batch t
+    counts = runs[:, split]
+    inside = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(starts, counts) + inside
+
+
+def epoch_unit(global_batch: int, num_splits: int) -> int:
+    """Rows a mixture epoch is a multiple of: ``lcm(G, S)`` (every split then holds ``epoch_rows / S`` rows).
+
+    >>> epoch_unit(96, 48), epoch_unit(64, 48)
+    (96, 192)
+    """
+    return math.lcm(global_batch, num_splits)

@@ -167,7 +167,8 @@ class MixtureSpec:
         weight_by: ``rows`` or ``tokens``: what the weights are shares of (stated, never assumed).
         global_batch: ``G``; each run of ``G`` rows holds the proportions; readers' global batch
             sizes must be multiples of it.
-        epoch_rows: rows per epoch, a multiple of ``G`` (materialize fills it in from
+        epoch_rows: rows per epoch, a multiple of ``G`` and of ``lcm(G, S)`` in a plan of ``S``
+            splits (materialize fills it in from
             ``epoch_tokens``, or from the sources' rows when neither is given).
         epoch_tokens: the epoch size asked for in tokens (converted to rows, see ``epoch_rows``).
     """
@@ -253,9 +254,14 @@ class PlanSpec:
                 object.__setattr__(self, "mixture", MixtureSpec.from_json(self.mixture))
             if self.strategy != "random" or self.filter is not None or self.columns is not None:
                 raise PrepError("plan.mixture: strategy must be 'random' and filter/columns null (each source has its own)")
-            if self.mixture.global_batch % self.num_splits:
-                raise PrepError(f"plan.mixture.global_batch={self.mixture.global_batch} must be a multiple of "
-                                f"num_splits={self.num_splits} (each split gives G/S rows to every global batch)")
+            unit = math.lcm(self.mixture.global_batch, self.num_splits)
+            rows = self.mixture.epoch_rows
+            if rows is not None and rows % unit:
+                near = sorted({max(unit, rows // unit * unit), -(-rows // unit) * unit})
+                raise PrepError(f"plan.mixture.epoch_rows={rows} must be a multiple of {unit}, the least common multiple "
+                                f"of global_batch={self.mixture.global_batch} and num_splits={self.num_splits} (so "
+                                f"every split holds the same rows): use {' or '.join(map(str, near))}, or leave "
+                                "epoch_rows out")
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's ``plan`` block (lists, not tuples). ``mixture`` is left out while it

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from prep.contracts.foreign import NO_ID
 from prep.reader import buffers
 from prep.reader.spec import CollateSpec
 
@@ -109,7 +110,11 @@ def collate_steps(chunk: Chunk, start: int, stop: int, spec: CollateSpec) -> lis
         One ``(tensors, ids, num_tokens)`` per step.
     """
     rows = chunk.rows(start, stop)
-    ids = chunk.columns["id"][rows].reshape(stop - start, -1)
+    if "id" in chunk.columns:
+        ids = chunk.columns["id"][rows].reshape(stop - start, -1)
+    else:  # a table prep did not write, without ids (prep.contracts.foreign)
+        count = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+        ids = np.full((stop - start, count // max(1, stop - start)), NO_ID, np.uint64)
     if spec.kind == "images":
         built = _images(chunk, rows, stop - start, spec)
     elif spec.kind == "packed":

@@ -110,12 +110,15 @@ class ReaderDataset(IterableDataset):
                             "through an on-the-fly plan, which reads the table in place")
         self.rank, self.world_size = rank_and_world_size(rank, world_size)
         self.global_batch_size = global_batch_size
-        self.share = Share(global_batch_size, self.layout.num_splits, self.rank, self.world_size)
+        self.share = Share(global_batch_size, self.layout.num_splits, self.rank, self.world_size,
+                           order_batch=self.layout.mixture_batch)
         self.splits = self.share.splits  # the splits this rank reads (its own when the world size divides them)
         self.schedule = Schedule.build(self.layout.split_rows, chosen, self.share)
         self.local_batch_size = self.share.local_batch_size
-        self.spec = self.options.collate_spec(self.layout.metadata,
-                                              sources=len(self.layout.mixture_tables or ()))
+        self.spec = self.options.collate_spec(self.layout.metadata, sources=len(self.layout.mixture_tables or ()),
+                                              columns=self.layout.columns)
+        if self.layout.metadata.inferred is not None:
+            log.warning("%s", self.layout.metadata.inferred)
         self._max_steps = max(1, read_bytes // max(1, row_bytes(self.layout.metadata, self.spec) * self.local_batch_size))
         self._position = self.schedule.position(0)
         self._pending: tuple[int, int] | None = None

@@ -8,7 +8,7 @@ is named and defaulted in one place (the dataset's keywords default to these fie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, Sequence
 
 import torch
 
@@ -53,8 +53,8 @@ class ReaderOptions:
     prefetch_batches: int = 4
     fetch_threads: int = 8
 
-    def collate_spec(self, metadata: TableMetadata, *, sources: int = 0) -> CollateSpec:
-        """The collate spec for a table with this ``prep`` metadata."""
+    def collate_spec(self, metadata: TableMetadata, *, sources: int = 0, columns: Sequence[str] | None = None) -> CollateSpec:
+        """The collate spec for a table with this ``prep`` metadata whose rows have ``columns``."""
         return spec_from_metadata(metadata, pad_id=self.pad_id, token_dtype=self.token_dtype,
                                   pad_to_multiple_of=self.pad_to_multiple_of, image_layout=self.image_layout,
-                                  return_loss_mask=self.return_loss_mask, sources=sources)
+                                  return_loss_mask=self.return_loss_mask, sources=sources, columns=columns)

@@ -17,7 +17,7 @@ import numpy as np
 from prep import plan as planlib
 from prep.io import storage
 from prep.errors import PrepError
-from prep.contracts.table import read_table_metadata
+from prep.contracts.foreign import serving_metadata
 from prep.io.lance_tables import open_table
 from prep.plan.hash import row_keys
 from prep.plan.spec import PlanSpec
@@ -62,7 +62,7 @@ class Planned:
         uri = uri if storage.is_remote(uri) else os.path.abspath(uri)
         self.uri, self.s3, self.plan = uri, s3, plan_spec(plan)
         ds = open_table(uri, version, storage.lance_storage_options(uri, s3))
-        self.source_version, self.num_rows, self.metadata = ds.version, ds.count_rows(), read_table_metadata(ds, uri)
+        self.source_version, self.num_rows, self.metadata = ds.version, ds.count_rows(), serving_metadata(ds, uri)
         self.num_splits = self.plan.num_splits
         self.epochs = tuple(range(epochs)) if isinstance(epochs, int) else tuple(sorted(epochs))
         self.fingerprint = self.plan.fingerprint(uri, self.source_version)

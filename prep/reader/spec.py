@@ -8,7 +8,7 @@ image metadata gives the pixel shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
@@ -16,7 +16,7 @@ import torch
 from prep.contracts.table import TEXT_KINDS, TableMetadata
 from prep.errors import PrepError
 
-__all__ = ["CollateSpec", "TEXT_KINDS", "spec_from_metadata", "row_bytes"]
+__all__ = ["CollateSpec", "TEXT_KINDS", "COLUMNS", "OPTIONAL", "spec_from_metadata", "row_bytes"]
 
 
 
@@ -34,6 +34,9 @@ class CollateSpec:
         image_layout: ``NCHW`` (a channels-last view, no copy) or ``NHWC``.
         return_loss_mask: also return ``loss_mask`` (uint8).
         sources: tables of a mixture (its rows carry a ``source`` column, counted per batch); 0 otherwise.
+        absent: optional columns the rows lack (:data:`OPTIONAL`: ``id``, and ``loss_mask`` of unpacked
+            text), left out of :attr:`columns`: ids are then :data:`~prep.contracts.foreign.NO_ID` and every
+            token is trained on.
     """
 
     kind: Literal["sft", "pretrain", "packed", "images"]
@@ -44,6 +47,7 @@ class CollateSpec:
     image_layout: Literal["NCHW", "NHWC"] = "NCHW"
     return_loss_mask: bool = False
     sources: int = 0
+    absent: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in (*TEXT_KINDS, "images"):
@@ -58,25 +62,46 @@ class CollateSpec:
     @property
     def columns(self) -> list[str]:
         """The columns to read for this kind (and ``source`` in a mixture)."""
-        return [*{
-            "sft": ["id", "input_ids", "loss_mask"],
-            "pretrain": ["id", "input_ids", "loss_mask"],
-            "packed": ["id", "input_ids", "loss_mask", "position_ids", "length"],
-            "images": ["id", "image", "label"],
-        }[self.kind], *(["source"] if self.sources else [])]
+        return [*(c for c in COLUMNS[self.kind] if c not in self.absent), *(["source"] if self.sources else [])]
+
+
+COLUMNS = {  # what each kind reads
+    "sft": ("id", "input_ids", "loss_mask"),
+    "pretrain": ("id", "input_ids", "loss_mask"),
+    "packed": ("id", "input_ids", "loss_mask", "position_ids", "length"),
+    "images": ("id", "image", "label"),
+}
+OPTIONAL = {"sft": ("id", "loss_mask"), "pretrain": ("id", "loss_mask"), "packed": ("id",), "images": ("id",)}
 
 
 
 def spec_from_metadata(meta: TableMetadata, *, pad_id: int | None = None,
                        token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
                        image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
-                       sources: int = 0) -> CollateSpec:
+                       sources: int = 0, columns: Sequence[str] | None = None) -> CollateSpec:
     """The collate spec for a table described by its ``prep`` metadata (kind, tokenizer, image shape).
 
+    A table prep did not write (``meta.inferred``) may lack optional columns: those of ``columns`` (the
+    columns its rows have) that it lacks are left out (:attr:`CollateSpec.absent`), and with no tokenizer it
+    pads with id 0 unless ``pad_id`` is given. A prepared table's rows must have every column of its kind
+    (a split without one is an error when it is opened: an SFT table read without its ``loss_mask`` would
+    silently train on the prompts).
+
     Raises:
-        PrepError: no pad id can be found for a text table, or an image table stores no pixels.
+        PrepError: no pad id can be found for a text table, an image table stores no pixels, or the rows
+            lack a column the kind needs (naming it and the columns there are).
     """
     kind = meta.kind
+    absent: tuple[str, ...] = ()
+    if columns is not None and meta.inferred is not None:
+        lacking = [c for c in COLUMNS[kind] if c not in columns]
+        needed = [c for c in lacking if c not in OPTIONAL[kind]]
+        if needed:
+            raise PrepError(f"the rows lack the columns {needed} that {kind} rows need (they have {list(columns)}); "
+                            "materialize them with those columns (--columns)")
+        absent = tuple(lacking)
+    if meta.inferred is not None and meta.tokenizer is None and pad_id is None and kind != "images":
+        pad_id = 0
     image_shape = None
     if kind == "images":
         if meta.image is None:
@@ -89,7 +114,7 @@ def spec_from_metadata(meta: TableMetadata, *, pad_id: int | None = None,
             raise PrepError("the table metadata names no tokenizer pad_id or eos_id: pass pad_id=")
     return CollateSpec(kind=kind, pad_id=int(pad_id or 0), token_dtype=token_dtype, pad_to_multiple_of=pad_to_multiple_of,
                        image_shape=image_shape, image_layout=image_layout, return_loss_mask=return_loss_mask,
-                       sources=sources)
+                       sources=sources, absent=absent)
 
 
 def row_bytes(meta: TableMetadata, spec: CollateSpec) -> int:

@@ -13,6 +13,10 @@ rank order, are the global batch for every ``W`` (elastic determinism). ``sigma`
 batch evenly over ``g`` groups of ``S // g`` consecutive splits, so when ``W`` also divides
 ``S`` rank ``r`` reads only, and all of, its own splits ``[r*S/W, (r+1)*S/W)``; otherwise a
 rank's rows also come from splits beside its own.
+
+**Mixtures.** A mixture's output is laid out in the order of its own global batch ``G0``
+(:func:`prep.plan.mixture.split_positions`); a reader of ``k*G0`` rows keeps that order
+(``Share(order_batch=G0)``), so its batch ``t`` is mixture batches ``k*t .. k*t + k - 1``.
 """
 
 from __future__ import annotations
@@ -155,9 +159,14 @@ class Share:
         num_splits: ``S``, splits per epoch.
         rank: this rank.
         world_size: ``W``, which must divide ``G``.
+        order_batch: the global batch whose ``g = gcd(order_batch, S)`` defines the global order
+            (default ``G``). A mixture's output is laid out for its own global batch ``G0``, so a
+            reader of ``k*G0`` rows keeps ``G0``'s order: its batch ``t`` is then mixture batches
+            ``k*t .. k*t + k - 1`` exactly (another ``g`` would regroup rows across them).
 
     Raises:
-        PrepError: ``G < 1``, or ``W`` not dividing ``G`` (the message lists the world sizes that do).
+        PrepError: ``G < 1``, ``W`` not dividing ``G`` (the message lists the world sizes that do), or
+            ``order_batch`` not dividing ``G``.
 
     >>> Share(64, 48, rank=1, world_size=4).splits, Share(64, 48, rank=1, world_size=4).local_batch_size
     (range(12, 24), 16)
@@ -167,6 +176,7 @@ class Share:
     num_splits: int
     rank: int = 0
     world_size: int = 1
+    order_batch: int | None = None
 
     def __post_init__(self) -> None:
         G, S, W = self.global_batch_size, self.num_splits, self.world_size
@@ -177,6 +187,13 @@ class Share:
         if G % W:
             raise PrepError(f"world_size={W} does not divide global_batch_size={G}: every rank takes G/W rows a step; "
                             f"use a world size in {valid_world_sizes(G)} or a global batch that is a multiple of {W}")
+        if self.order_batch is not None and (self.order_batch < 1 or G % self.order_batch):
+            raise PrepError(f"global_batch_size={G} must be a multiple of the order's global batch {self.order_batch}")
+
+    @property
+    def _g(self) -> int:
+        """``gcd`` of the order's global batch and ``S``: the order spreads each batch over this many split groups."""
+        return gcd(self.order_batch or self.global_batch_size, self.num_splits)
 
     @property
     def local_batch_size(self) -> int:
@@ -189,7 +206,7 @@ class Share:
 
     def split_starts(self, steps: np.ndarray) -> np.ndarray:
         """``(len(steps), S)``: the first row of each split in global batch ``t`` (rows before it: earlier steps)."""
-        S, g = self.num_splits, gcd(self.global_batch_size, self.num_splits)
+        S, g = self.num_splits, self._g
         split = np.arange(S)
         j = (split % (S // g)) * g + split // (S // g)  # sigma's inverse: where split s sits in a block of S
         return (np.asarray(steps, np.int64)[:, None] * self.global_batch_size - j[None, :] + S - 1) // S
@@ -210,7 +227,7 @@ class Share:
         """The splits this rank reads: its own ``[r*S/W, (r+1)*S/W)`` when ``W`` divides ``S``, else the
         range its rows come from (the order repeats every ``S / gcd(G, S)`` steps)."""
         S, W = self.num_splits, self.world_size
-        if S % W == 0:
+        if self._g % W == 0:  # W divides S (and G, and the order's batch): whole groups of splits per rank
             return splits_for_rank(S, self.rank, W)
         _, counts = self.rows(np.arange(S // gcd(self.global_batch_size, S)))
         used = np.flatnonzero(counts.sum(axis=0))

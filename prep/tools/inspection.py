@@ -22,7 +22,7 @@ from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError
 from prep.contracts.table import RejectsMetadata, Step, TableMetadata, read_metadata, read_table_metadata
-from prep.contracts.manifest import MANIFEST, Manifest, read_manifest
+from prep.contracts.manifest import MANIFEST, Manifest, MixtureTable, read_manifest
 from prep.contracts.ownership import MARKER
 from prep.prepare.rejects import reason_group
 
@@ -59,7 +59,8 @@ def open_prepared(path: str, s3: storage.S3Options | None = None) -> tuple[Kind,
         return "rejects", ds
     if meta is None:
         raise PrepError(f"{path} is a Lance table prep did not write (no prep metadata in its schema): "
-                        "inspect it with Lance itself, e.g. lance.dataset(path).head(5)")
+                        "inspect it with Lance itself, e.g. lance.dataset(path).head(5); `prep materialize-shuffle` "
+                        "and the reader take it when it has token or image columns")
     return "table", ds
 
 
@@ -205,8 +206,11 @@ def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[st
         "rows_per_epoch": {e: sum(r) for e, r in per_epoch.items()},
         "rows_per_split": per_epoch,
         "table_kind": meta.kind, "tokenizer": meta.tokenizer.to_json() if meta.tokenizer else None,
+        "inferred": meta.inferred,
         "versions": {"written_by_prep": manifest.prep_version, "this_prep": prep.__version__, "pylance": dist.version("pylance")},
     }
+    if manifest.mixture is not None:
+        report["mixture"] = [t.to_json() for t in manifest.mixture]
     shares = _source_shares(path, manifest, s3)
     if shares is not None:
         report["source_shares"] = shares
@@ -217,7 +221,7 @@ def _materialized(path: str, rows: int, s3: storage.S3Options | None) -> dict[st
         if "input_ids" in split.schema.names:
             report["samples"] = decode_rows(head, meta.tokenizer.name if meta.tokenizer else None)
         else:
-            report["samples"] = [{"id": int(r["id"]), "label": r.get("label")} for r in head]
+            report["samples"] = [{"id": r.get("id"), "label": r.get("label")} for r in head]
     return report
 
 
@@ -306,14 +310,23 @@ def _samples(samples: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _source_lines(r: dict[str, Any]) -> list[str]:
+    """The table a plan ran over, or every table of a mixture with its rows available, drawn and repeats."""
+    if not r.get("mixture"):
+        return [f"  source: {r['source']['uri']} version {r['source']['version']} ({r.get('table_kind') or '?'}), "
+                f"{r['num_selected_rows']:,} rows selected", *([f"  {r['inferred']}"] if r.get("inferred") else [])]
+    tables = [MixtureTable(**{k: v for k, v in t.items() if k != "repeats"}) for t in r["mixture"]]
+    return [f"  mixture of {len(tables)} {r.get('table_kind') or '?'} tables, {r['num_selected_rows']:,} rows an epoch:",
+            *(f"    source {i}: {t.describe()}" for i, t in enumerate(tables))]
+
+
 def _format_materialized(r: dict[str, Any]) -> str:
     per_split = np.array([r["rows_per_split"][e] for e in r["epochs"]])
     plan = r["plan"]
     lines = [
         f"{r['path']}: materialized {len(r['epochs'])} epoch(s) {r['epochs'][0]}..{r['epochs'][-1]} x {r['num_splits']} splits, "
         f"fingerprint {r['fingerprint']}",
-        f"  source: {r['source']['uri']} version {r['source']['version']} ({r.get('table_kind') or '?'}), "
-        f"{r['num_selected_rows']:,} rows selected",
+        *_source_lines(r),
         "  plan: " + ", ".join(f"{k}={v}" for k, v in sorted(plan.items())),
         f"  columns: {', '.join(r['columns'])}",
         "  rows per epoch: " + ", ".join(f"{e}: {n:,}" for e, n in r["rows_per_epoch"].items()),
