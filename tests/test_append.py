@@ -287,3 +287,31 @@ def test_append_under_the_ray_executor_equals_a_from_scratch_run(ray_local, corp
     assert summary["executor"] == "ray" and summary["step"]["added"] == 1
     ref = from_scratch(changed(cfg, executor="local"), tmp_path / "ref.lance")
     assert rows(str(out)) == rows(ref.output) and rejects(cfg.rejects_uri) == rejects(ref.rejects_uri)
+
+
+def test_a_deleted_rejects_table_is_refused_before_anything_is_committed(corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 8: the append committed its table version, then exited 2 "row accounting failed"."""
+    import shutil
+
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    shutil.rmtree(cfg.rejects_uri)
+    write(corpus / "c.jsonl", 20, 6)
+    with pytest.raises(PrepError, match=r"t\.rejects\.lance.* is missing.*--overwrite") as err:
+        run_pretokenize(changed(cfg, append=True))
+    assert "please report" not in str(err.value)
+    assert lance.dataset(out).version == 1 and not Path(cfg.rejects_uri).exists()
+
+
+@pytest.mark.parametrize("first,then", [({}, {"pack": {"seq_len": 128}}), ({"pack": {"seq_len": 128}}, {})])
+def test_overwrite_replaces_a_table_of_another_schema(first, then, corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 9: a packed --overwrite of an unpacked table failed "Append with different schema", blaming an input."""
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir, format="pretrain", text_column="question", **first)
+    run_pretokenize(cfg)
+    again = changed(cfg, overwrite=True, **then) if then else changed(cfg, overwrite=True, pack=None)
+    run_pretokenize(again)
+    ref = from_scratch(again, tmp_path / "ref.lance")
+    got, want = lance.dataset(out), lance.dataset(ref.output)
+    assert got.schema.names == want.schema.names and got.to_table().equals(want.to_table())

@@ -351,3 +351,15 @@ def test_the_cli_appends_and_inspect_shows_the_history(tree, tmp_path, capsys):
     shown = capsys.readouterr().out
     assert ("  history:\n    version 1: +4 files, +3 rows (files listed in _prep_files/v1.parquet)\n"
             "    version 2: +1 file, +1 rows (files listed in _prep_files/v2.parquet)") in shown
+
+
+def test_overwrite_replaces_a_text_table_with_an_image_table(tree, tmp_path, tokenizer_dir, shared_data):
+    """Issue 31, finding 9: decode-images --overwrite over a pretokenized table failed "Append with different schema"."""
+    from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+
+    out = tmp_path / "t.lance"
+    run_pretokenize(PretokenizeConfig.model_validate({"input": str(shared_data / "gsm8k" / "train.jsonl"), "output": str(out),
+                                                      "tokenizer": tokenizer_dir, "format": "sft", "executor": "local"}))
+    cfg = config(tree, out, overwrite=True)
+    run_decode_images(cfg)
+    assert_from_scratch(cfg, str(tmp_path / "ref.lance"))

@@ -225,7 +225,12 @@ class Growth:
 
     @classmethod
     def of(cls, prior: Prior, replaced: list[str], rejects: str) -> Growth:
-        """Raises PrepError when a replaced file's rows were not recorded (chunks that mix files)."""
+        """Raises PrepError when a replaced file's rows were not recorded (chunks that mix files), or when the
+        table's rejects table is gone (its counts could no longer reconcile), before anything is written."""
+        if not lance_tables.table_exists(rejects, storage.lance_storage_options(rejects, prior.s3)):
+            raise PrepError(f"{rejects}, the rejects table of {prior.uri}, is missing (moved or deleted): the table's counts "
+                            f"({prior.metadata.counts.get('rows_rejected', 0)} rejected rows) could no longer reconcile; restore it, "
+                            "or prepare the table anew with --overwrite")
         removed: Counter = Counter()
         by_rows = tuple(u for u in replaced if u in prior.indexed)
         for uri in (u for u in replaced if u not in by_rows):
