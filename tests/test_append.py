@@ -315,3 +315,95 @@ def test_overwrite_replaces_a_table_of_another_schema(first, then, corpus, token
     ref = from_scratch(again, tmp_path / "ref.lance")
     got, want = lance.dataset(out), lance.dataset(ref.output)
     assert got.schema.names == want.schema.names and got.to_table().equals(want.to_table())
+
+
+def same_size_edit(path: Path) -> None:
+    """Changes one digit of ``path``, keeping its size and its mtime (as ``touch -r`` does)."""
+    st, data = path.stat(), path.read_bytes()
+    i = next(i for i, b in enumerate(data) if chr(b).isdigit())
+    path.write_bytes(data[:i] + (b"7" if data[i:i + 1] != b"7" else b"3") + data[i + 1:])
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_a_renamed_file_is_moved_not_duplicated_and_update_equals_a_from_scratch_run(corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 3: after renaming c.jsonl to d.jsonl, --update held c's rows twice."""
+    out = tmp_path / "t.lance"
+    write(corpus / "c.jsonl", 20, 6, bad=1)
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    (corpus / "c.jsonl").rename(corpus / "d.jsonl")
+    with pytest.raises(PrepError, match=r"c\.jsonl moved to .*d\.jsonl \(the same content\).*pass --update"):
+        run_pretokenize(changed(cfg, append=True))
+    summary = run_pretokenize(changed(cfg, update=True))
+    ref = from_scratch(cfg, tmp_path / "ref.lance")
+    assert rows(str(out)) == rows(ref.output) and rejects(cfg.rejects_uri) == rejects(ref.rejects_uri)
+    assert summary["step"]["moved"] == [[str(corpus / "c.jsonl"), str(corpus / "d.jsonl")]] and summary["step"]["removed"] == 1
+    assert f"moved: {corpus / 'c.jsonl'} -> {corpus / 'd.jsonl'}" in format_summary(summary)
+    meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
+    assert sorted(Path(s["uri"]).name for s in meta["sources"]) == ["a.jsonl", "b.jsonl", "d.jsonl"]
+    assert meta["counts"]["rows_written"] == lance.dataset(out).count_rows() and meta["history"][-1]["removed"] == [str(corpus / "c.jsonl")]
+    assert run_pretokenize(changed(cfg, update=True))["step"]["version"] is None  # and the next update finds nothing new
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_caught_and_update_equals_a_from_scratch_run(corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 3: an edit with touch -r was "nothing new" and the stale row stayed."""
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    same_size_edit(corpus / "a.jsonl")
+    with pytest.raises(PrepError, match=r"a\.jsonl changed since .*\(content sha256:.*\): pass --update"):
+        run_pretokenize(changed(cfg, append=True))
+    assert run_pretokenize(changed(cfg, update=True))["step"]["replaced"] == 1
+    ref = from_scratch(cfg, tmp_path / "ref.lance")
+    assert rows(str(out)) == rows(ref.output) and rejects(cfg.rejects_uri) == rejects(ref.rejects_uri)
+
+
+def test_a_touched_file_with_the_same_bytes_is_unchanged(corpus, tokenizer_dir, tmp_path):
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    os.utime(corpus / "a.jsonl", (1, 1))  # a new mtime and ctime, the same content
+    assert run_pretokenize(changed(cfg, append=True))["step"]["version"] is None
+
+
+def test_a_missing_file_is_named_and_remove_missing_removes_its_rows(corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 3: a file that disappeared kept its rows without a word in the summary."""
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    gone = corpus / "a.jsonl"
+    gone.unlink()
+    summary = run_pretokenize(changed(cfg, append=True))
+    assert summary["step"]["missing"] == [str(gone)] and lance.dataset(out).version == 1
+    assert f"1 file(s) the table holds are not among the inputs; their rows stay (--remove-missing removes them): {gone}" in format_summary(summary)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps(cfg.model_dump(mode="json", exclude={"s3", "rejects"})))  # JSON is YAML
+    assert main(["pretokenize", "--config", str(recipe), "--append", "--remove-missing", "-q"]) == 0
+    ref = from_scratch(cfg, tmp_path / "ref.lance")
+    assert rows(str(out)) == rows(ref.output) and rejects(cfg.rejects_uri) == rejects(ref.rejects_uri) == []
+    meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
+    assert meta["counts"]["rows_rejected"] == 0 and meta["history"][-1]["files_removed"] == 1
+    with pytest.raises(ValueError, match="remove_missing .* give it with append or update"):
+        changed(cfg, remove_missing=True)
+
+
+@pytest.mark.s3
+def test_a_rename_on_s3_is_a_move_and_update_equals_a_from_scratch_run(s3_bucket, corpus, tokenizer_dir, tmp_path):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    write(corpus / "c.jsonl", 20, 6)
+    for f in sorted(corpus.glob("*.jsonl")):
+        client.upload_file(str(f), s3_bucket, f"in/{f.name}")
+    src, out = f"s3://{s3_bucket}/in", f"s3://{s3_bucket}/t.lance"
+    cfg = config(corpus, tmp_path / "unused", tokenizer_dir).model_copy(update={"input": src, "output": out})
+    cfg = changed(cfg)
+    run_pretokenize(cfg)
+    client.copy_object(Bucket=s3_bucket, Key="in/d.jsonl", CopySource={"Bucket": s3_bucket, "Key": "in/c.jsonl"})
+    client.delete_object(Bucket=s3_bucket, Key="in/c.jsonl")
+    summary = run_pretokenize(changed(cfg, update=True))
+    assert summary["step"]["moved"] == [[f"{src}/c.jsonl", f"{src}/d.jsonl"]]
+    ref = changed(cfg, output=f"s3://{s3_bucket}/ref.lance", rejects=None, update=False)
+    run_pretokenize(ref)
+    assert rows(out) == rows(ref.output)

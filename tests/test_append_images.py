@@ -363,3 +363,56 @@ def test_overwrite_replaces_a_text_table_with_an_image_table(tree, tmp_path, tok
     cfg = config(tree, out, overwrite=True)
     run_decode_images(cfg)
     assert_from_scratch(cfg, str(tmp_path / "ref.lance"))
+
+
+def test_a_moved_photo_and_a_same_size_same_mtime_edit_update_to_a_from_scratch_run(tree, tmp_path):
+    """Issue 31, finding 3, for image folders: a photo moved to another class folder, another edited keeping its size and mtime."""
+    cfg = config(tree, tmp_path / "t.lance")
+    run_decode_images(cfg)
+    (tree / "bees" / "c.png").rename(tree / "ants" / "z.png")
+    b = tree / "ants" / "b.png"
+    st = b.stat()
+    b.write_bytes(png(21))  # the same size: one pixel value differs
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert b.stat().st_size == st.st_size
+    with pytest.raises(PrepError, match=r"b\.png changed since .*content sha256.*\(and 1 more\): pass --update"):
+        run_decode_images(changed(cfg, append=True))
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["step"]["moved"] == [[str(tree / "bees" / "c.png"), str(tree / "ants" / "z.png")]]
+    assert summary["step"]["replaced"] == 1 and summary["step"]["rows_removed"] == 2
+    assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
+    assert run_decode_images(changed(cfg, update=True))["step"]["version"] is None  # the moved file is not held twice
+    (tree / "ants" / "a.png").unlink()
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["step"]["missing"] == [str(tree / "ants" / "a.png")] and "--remove-missing" in format_summary(summary)
+    run_decode_images(changed(cfg, update=True, remove_missing=True))
+    assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
+
+
+def test_a_renamed_shard_is_moved_not_duplicated(tmp_path):
+    src = tmp_path / "shards"
+    shard(src / "s0.tar", [("a", 1, "0"), ("b", 2, "1")])
+    shard(src / "s1.tar", [("c", 3, "1")])
+    cfg = config(src, tmp_path / "t.lance")
+    run_decode_images(cfg)
+    (src / "s1.tar").rename(src / "s2.tar")
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["step"]["moved"] == [[str(src / "s1.tar"), str(src / "s2.tar")]]
+    meta = assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
+    assert sorted(Path(s["uri"]).name for s in meta["sources"]) == ["s0.tar", "s2.tar"]
+
+
+@pytest.mark.s3
+def test_a_photo_moved_on_s3_is_moved_not_duplicated(s3_bucket, tree, tmp_path):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    for p in sorted(tree.rglob("*.png")):
+        client.upload_file(str(p), s3_bucket, f"in/{p.relative_to(tree)}")
+    cfg = config(f"s3://{s3_bucket}/in", f"s3://{s3_bucket}/t.lance")
+    run_decode_images(cfg)
+    client.copy_object(Bucket=s3_bucket, Key="in/ants/z.png", CopySource={"Bucket": s3_bucket, "Key": "in/bees/c.png"})
+    client.delete_object(Bucket=s3_bucket, Key="in/bees/c.png")
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["step"]["moved"] == [[f"s3://{s3_bucket}/in/bees/c.png", f"s3://{s3_bucket}/in/ants/z.png"]]
+    assert_from_scratch(changed(cfg, update=True), f"s3://{s3_bucket}/ref.lance")

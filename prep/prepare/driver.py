@@ -79,6 +79,9 @@ class ChunkPlan:
         file_index: the identity of every file this run reads, when ``sources`` records folders of
             them (image folders: one file per row, too many for the metadata): the driver writes
             them as the step's file index (:mod:`prep.contracts.file_index`); ``replaced`` among them.
+        removed: held files whose rows this run removes with no file of that URI in their place (moved
+            to a listed file, or gone from the inputs with ``remove_missing``); ``moved`` the
+            ``(was, now)`` pairs among them; ``missing``: held files not listed now, whose rows stay.
     """
 
     chunks: list[Any]
@@ -88,6 +91,9 @@ class ChunkPlan:
     replaced: list[str] = field(default_factory=list)
     unchanged: int = 0
     file_index: list[dict[str, Any]] | None = None
+    removed: list[str] = field(default_factory=list)
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
 
 
 class PrepareJob(Protocol):
@@ -139,9 +145,9 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     plan = job.plan(s3, prior)  # inputs first: a typo in --input never reaches the output
     if prior is not None:
         prior.check_made_like(cfg, job.metadata(plan, {}))
-        if not plan.sources:
+        if not plan.sources and not plan.removed:
             return _nothing_new(job, prior, plan, t0)
-    growth = Growth.of(prior, plan.replaced, cfg.rejects_uri) if prior is not None else None
+    growth = Growth.of(prior, plan.replaced + plan.removed, cfg.rejects_uri) if prior is not None else None
     orphan = rejects_without_table(cfg.output, cfg.rejects_uri, s3)
     claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite or orphan or prior is not None, s3=s3)
     faults.maybe_raise("commit", "claimed")
@@ -204,7 +210,8 @@ def _common_summary(job: PrepareJob, plan: ChunkPlan, metadata: TableMetadata, e
         "sources": len(plan.sources),
         "step": {"version": step.version if step else None, "added": step.files_added if step else 0,
                  "replaced": step.files_replaced if step else 0, "unchanged": plan.unchanged,
-                 "rows_added": step.rows_added if step else 0, "rows_removed": step.rows_removed if step else 0},
+                 "rows_added": step.rows_added if step else 0, "rows_removed": step.rows_removed if step else 0,
+                 "removed": len(plan.removed), "moved": [list(m) for m in plan.moved], "missing": list(plan.missing)},
         "history": [h.to_json() for h in metadata.history],
     }
 
@@ -231,9 +238,10 @@ def _step(plan: ChunkPlan, counts: dict[str, int], growth: Growth | None, versio
     made = dict(version=version, rows_added=counts["rows_written"], tokens_added=counts.get("tokens", 0),
                 rows_removed=removed.get("rows_written", 0), tokens_removed=removed.get("tokens", 0))
     if plan.file_index is None:
-        return Step(added=tuple(s["uri"] for s in plan.sources if s["uri"] not in plan.replaced), replaced=tuple(plan.replaced), **made)
-    return Step(files_added=len(plan.file_index) - len(plan.replaced), files_replaced=len(plan.replaced),
-                file_index=write_index(output, version, plan.file_index, s3), **made)
+        return Step(added=tuple(s["uri"] for s in plan.sources if s["uri"] not in plan.replaced), replaced=tuple(plan.replaced),
+                    removed=tuple(plan.removed), **made)
+    return Step(files_added=len(plan.file_index) - len(plan.replaced), files_replaced=len(plan.replaced), files_removed=len(plan.removed),
+                file_index=write_index(output, version, plan.file_index, s3, plan.removed), **made)
 
 
 def _with_rows(plan: ChunkPlan, results: list[ChunkResult]) -> list[dict[str, Any]]:
@@ -366,7 +374,8 @@ def commit_and_reconcile(
     _check("rows the workers rejected", counts["rows_rejected"], f"rows in {rejects}", rejected_rows)
     _check("files the workers rejected", counts["files_rejected"], f"files in {rejects}", rejected_files)
     _check("rows the workers wrote", counts["rows_written"], "rows in the written fragments", in_fragments)
-    check_budget(counts["rows_read"], rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
+    if results or growth is None:  # a step that only removes rows (moved or missing files) reads nothing
+        check_budget(counts["rows_read"], rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
     if growth is None:
         metadata = _stamped(metadata, rej.version)
         table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Mapping, Sequence, TypeVar
 
 import lance
@@ -33,7 +33,7 @@ from prep.contracts.file_index import read_index
 from prep.contracts.table import TableMetadata, read_table_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
-from prep.prepare.listing import IdRoot, ListedFile, id_root_of
+from prep.prepare.listing import IdRoot, ListedFile, id_root_of, with_digest
 from prep.runtime.config import RUNTIME_KEYS, JobConfig
 
 __all__ = ["Prior", "Selection", "Growth", "read_prior", "MADE_WITH", "rejects_base", "without_sources", "reject_counts"]
@@ -50,17 +50,23 @@ MADE_WITH = ("kind", "tokenizer", "seq_len", "image", "encoded", "labels", "sour
 
 @dataclass(frozen=True)
 class Selection(Generic[F]):
-    """What a step prepares: ``files`` in listing order, the URIs among them it ``replaced`` (changed,
-    with ``--update``) and how many listed files it keeps as they are (``unchanged``)."""
+    """What a step prepares: ``files`` in listing order (each with its content's digest), the URIs among
+    them it ``replaced`` (changed, with ``--update``), how many listed files it keeps as they are
+    (``unchanged``), the held files whose rows it ``removed`` without a file of that URI taking their
+    place (moved to a listed file, or gone with ``--remove-missing``), the ``moved`` pairs
+    ``(was, now)`` among them, and the held files not listed now whose rows stay (``missing``)."""
 
     files: list[F]
     replaced: list[str]
     unchanged: int = 0
+    removed: list[str] = field(default_factory=list)
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
 
     @classmethod
-    def everything(cls, files: Sequence[F]) -> Selection[F]:
-        """A from-scratch run: every file is new."""
-        return cls(list(files), [], 0)
+    def everything(cls, files: Sequence[F], s3: storage.S3Options | None = None) -> Selection[F]:
+        """A from-scratch run: every file is new (its digest taken, for a later ``--update``)."""
+        return cls([with_digest(f, s3) for f in files], [], 0)
 
 
 @dataclass(frozen=True)
@@ -122,27 +128,69 @@ class Prior:
                 raise PrepError(f"{self.uri} was made with {name}={_short(was)}, this job has {_short(now)}: appending would mix "
                                 "rows of two configs; append with the table's config, or prepare anew with --overwrite")
 
-    def select(self, files: Sequence[F], *, update: bool) -> Selection[F]:
-        """Splits ``files`` into new ones, changed ones (replaced with ``update``) and unchanged ones (skipped).
+    def select(self, files: Sequence[F], *, update: bool, remove_missing: bool = False) -> Selection[F]:
+        """Splits ``files`` into new ones, changed ones (replaced with ``update``), unchanged ones (skipped)
+        and held files moved to a new name (their rows made anew under it with ``update``), by content:
+        a local file whose inode and ctime are as recorded is unchanged without being read; else its
+        digest (:func:`prep.prepare.listing.with_digest`) decides, and the ETag does on object stores.
+        Held files not listed now keep their rows unless ``remove_missing``.
 
         Raises:
-            PrepError: a file the table holds changed since and ``update`` is off, naming it.
+            PrepError: a file the table holds changed or moved since and ``update`` is off, naming it.
         """
-        held, chosen, changed = self.files, [], []
+        held, chosen, changed, kept = self.files, [], [], 0
         for f in files:
-            how = _differs(held[f.uri], f) if f.uri in held else ""
-            if f.uri not in held or how:
-                chosen.append(f)
+            was = held.get(f.uri)
+            if was is not None and _untouched(was, f):
+                kept += 1
+                continue
+            if was is None or was.get("digest"):  # a table made before digests compares mtimes: no read
+                f = with_digest(f, self.s3)
+            how = _differs(was, f) if was is not None else ""
+            if was is not None and not how:
+                kept += 1
+                continue
+            chosen.append(with_digest(f, self.s3))
             if how:
                 changed.append((f.uri, how))
-        if changed and not update:
-            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-            raise PrepError(f"{changed[0][0]} changed since {self.uri} was made from it ({changed[0][1]}){more}: "
-                            "pass --update to replace its rows, or restore the file")
-        gone = len(held.keys() - {f.uri for f in files})
-        if gone:
-            log.info("%d file(s) of %s are not among the inputs now; their rows stay", gone, self.uri)
-        return Selection(chosen, [uri for uri, _ in changed], len(files) - len(chosen))
+        gone = sorted(held.keys() - {f.uri for f in files})
+        moved = _moves({u: held[u] for u in gone}, [f for f in chosen if f.uri not in held])
+        if (changed or moved) and not update:
+            first = f"{changed[0][0]} changed since {self.uri} was made from it ({changed[0][1]})" if changed else \
+                f"{moved[0][0]} moved to {moved[0][1]} (the same content) since {self.uri} was made from it"
+            more = f" (and {len(changed) + len(moved) - 1} more)" if len(changed) + len(moved) > 1 else ""
+            raise PrepError(f"{first}{more}: pass --update to replace its rows, or restore the file")
+        missing = [u for u in gone if u not in {was for was, _ in moved}]
+        if missing and not remove_missing:
+            log.warning("%d file(s) %s holds are not among the inputs now (%s%s); their rows stay (--remove-missing removes them)",
+                        len(missing), self.uri, missing[0], " ..." if len(missing) > 1 else "")
+        removed = [was for was, _ in moved] + (missing if remove_missing else [])
+        return Selection(chosen, [uri for uri, _ in changed], kept, removed, moved, [] if remove_missing else missing)
+
+
+def _untouched(was: Mapping[str, Any], now: ListedFile) -> bool:
+    """True when a recorded file is surely as it was without reading it: its inode and ctime (locally) or its ETag
+    (object stores) as recorded, and its size and mtime."""
+    same = was.get("size") == now.size and str(was.get("mtime")) == now.mtime
+    if was.get("etag") and now.etag:
+        return was.get("size") == now.size and was.get("etag") == now.etag
+    return same and bool(was.get("stamp")) and was.get("stamp") == now.stamp
+
+
+def _moves(gone: Mapping[str, Mapping[str, Any]], new: Sequence[ListedFile]) -> list[tuple[str, str]]:
+    """``(held URI, new URI)`` for each new file with the content of a held file that is not listed now
+    (the same size and digest, or the same size and ETag); each held file moves once, in listing order."""
+    by_content: dict[tuple[int, str], list[str]] = {}
+    for uri, was in gone.items():
+        content = was.get("digest") or was.get("etag")
+        if content:
+            by_content.setdefault((int(was.get("size") or 0), str(content)), []).append(uri)
+    moved = []
+    for f in new:
+        olds = by_content.get((f.size, f.digest or f.etag))
+        if olds:
+            moved.append((olds.pop(0), f.uri))
+    return moved
 
 
 def _check_labels_grow(uri: str, was: list[str], now: list[str]) -> None:
@@ -176,11 +224,15 @@ def _defaults(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _differs(was: Mapping[str, Any], now: ListedFile) -> str:
-    """What changed between a recorded file and its listing now ("" when nothing did)."""
+    """What changed between a recorded file and its listing now ("" when nothing did): its content's
+    identity (ETag, digest) decides when both sides have it, so a rewrite of the same bytes is no change;
+    a table made before digests compares mtimes."""
     if was.get("size") != now.size:
         return f"size {was.get('size')} -> {now.size} bytes"
-    if was.get("etag") and now.etag:  # the object store's content tag: a rewrite of the same bytes is no change
+    if was.get("etag") and now.etag:
         return f"ETag {was.get('etag')} -> {now.etag}" if was.get("etag") != now.etag else ""
+    if was.get("digest") and now.digest:
+        return f"content {str(was.get('digest'))[:19]} -> {now.digest[:19]}" if was.get("digest") != now.digest else ""
     if str(was.get("mtime")) != now.mtime:
         return f"mtime {was.get('mtime')} -> {now.mtime}"
     return ""

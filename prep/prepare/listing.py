@@ -7,8 +7,11 @@ path, so the same inputs always give the same order. Each file carries its key (
 path relative to its input's root: class folders, messages), its id key (what row ids
 derive from: its path relative to the root all inputs share, or its full URI when
 they share none, so same-named files in different folders never share ids) and its
-identity (size and mtime, and the ETag on object stores) for the table's provenance
-and to notice a file that changes while the job reads it. A file that several
+identity (size and mtime, the ETag on object stores, inode and ctime locally: its
+``stamp``, which any write changes, ``touch -r`` included) for the table's provenance
+and to notice a file that changes while the job reads it. :func:`with_digest` adds the
+content's identity (a SHA-256 of the bytes locally; the ETag on object stores), which a
+table records so that ``--update`` tells a renamed file and an edited one apart. A file that several
 inputs list is read once, with a warning. A job that adds files to a table
 (``--append``) lists relative to the root the table's ids were made under
 (:class:`IdRoot`, read back from the table's provenance with :func:`id_root_of`), so
@@ -17,6 +20,7 @@ a file gets the id key a from-scratch run over all the files would give it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import posixpath
 from dataclasses import dataclass, replace
@@ -25,7 +29,8 @@ from typing import Any, Callable
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "row_group_ranges"]
+__all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "row_group_ranges",
+           "with_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +51,13 @@ class ListedFile:
     mtime: str
     etag: str = ""
     id_key: str = ""
+    stamp: str = ""  # local files: "inode:ctime", changed by any write or move (mtime can be set back, ctime cannot)
+    digest: str = ""  # local files: "sha256:<hex>" of the bytes, once :func:`with_digest` read them
 
     def describe(self) -> dict[str, Any]:
         """The file's provenance as a table records it: its identity, and the key its row ids derive from."""
         return {"uri": self.uri, "key": self.ids_from, "size": self.size, "mtime": self.mtime,
-                **({"etag": self.etag} if self.etag else {})}
+                **{k: v for k, v in (("etag", self.etag), ("stamp", self.stamp), ("digest", self.digest)) if v}}
 
     @property
     def ids_from(self) -> str:
@@ -100,6 +107,25 @@ def _etag(info: dict[str, Any]) -> str:
     return str(info.get("ETag") or "").strip('"')
 
 
+def _stamp(info: dict[str, Any]) -> str:
+    """A local file's inode and ctime (fsspec's ``created`` is ``st_ctime``); "" on object stores."""
+    return f"{info['ino']}:{info['created']!r}" if "ino" in info and "created" in info else ""
+
+
+def with_digest(file: ListedFile, s3: storage.S3Options | None = None) -> ListedFile:
+    """``file`` with the identity of its content: a SHA-256 of a local file's bytes (one read, ~450 MB/s
+    on one core); on an object store, whose ETag already names the content, ``file`` as it is."""
+    if file.digest or file.etag or storage.is_remote(file.uri):
+        return file
+    fs, path = storage.filesystem(file.uri, s3)
+    try:
+        with fs.open(path, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError as exc:
+        raise PrepError(f"cannot read {file.uri} ({type(exc).__name__}: {one_line(exc, limit=200)})") from None
+    return replace(file, digest=f"sha256:{digest}")
+
+
 def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable[[str], bool] = lambda path: True,
                what: str = "files") -> Listing:
     """Expands a file, folder or glob into sorted :class:`ListedFile` s that ``accept`` keeps.
@@ -121,7 +147,8 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
     else:
         raise PrepError(f"input not found: {storage.shown(given)}")
     files = [
-        ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info))
+        ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info),
+                   stamp=_stamp(info))
         for p, info in sorted(found.items())
         if info.get("type", "file") == "file" and not _hidden(posixpath.relpath(p, root)) and accept(p)
     ]
@@ -206,10 +233,16 @@ def check_unchanged(file: ListedFile, s3: storage.S3Options | None = None) -> No
         raise PrepError(f"{file.uri} was removed while the job read it; rerun once the inputs stay put") from None
     except OSError as exc:
         raise PrepError(f"cannot check {file.uri} after reading it ({type(exc).__name__}: {one_line(exc, limit=200)})") from None
-    size, etag = int(info.get("size") or 0), _etag(info)
-    before, after = (file.size, file.etag or file.mtime), (size, etag if file.etag else _mtime(info))
-    if before != after:
-        what = f"size {file.size:,} -> {size:,} bytes" if file.size != size else f"{'ETag' if file.etag else 'mtime'} {before[1]} -> {after[1]}"
+    size, etag, stamp = int(info.get("size") or 0), _etag(info), _stamp(info)
+    if file.size != size:
+        what = f"size {file.size:,} -> {size:,} bytes"
+    elif file.etag:
+        what = f"ETag {file.etag} -> {etag}" if file.etag != etag else ""
+    elif file.mtime != _mtime(info):
+        what = f"mtime {file.mtime} -> {_mtime(info)}"
+    else:  # written with its size and mtime kept (touch -r): only the inode's ctime tells
+        what = f"inode:ctime {file.stamp} -> {stamp}" if file.stamp and file.stamp != stamp else ""
+    if what:
         raise PrepError(f"{file.uri} changed while the job read it ({what}); rerun once it is no longer being written")
 
 

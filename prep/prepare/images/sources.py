@@ -69,8 +69,8 @@ class FilesChunk:
 class ImagePlan:
     """What the driver decided: the source kind, the chunks, the labels, the sources' identity.
 
-    ``chunk_sources``, ``replaced``, ``unchanged`` and ``file_index`` are
-    :class:`~prep.prepare.driver.ChunkPlan`'s.
+    ``chunk_sources``, ``replaced``, ``unchanged``, ``file_index``, ``removed``, ``moved`` and
+    ``missing`` are :class:`~prep.prepare.driver.ChunkPlan`'s.
     """
 
     kind: str
@@ -82,6 +82,9 @@ class ImagePlan:
     replaced: list[str] = field(default_factory=list)
     unchanged: int = 0
     file_index: list[dict[str, Any]] | None = None
+    removed: list[str] = field(default_factory=list)
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
 
 
 def _infer_kind(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | None) -> str:
@@ -180,9 +183,9 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None, prior: Prior | 
         raise PrepError(f"inputs {cfg.inputs} mix source kinds {sorted(kinds)}; prepare them as separate tables")
     kind = kinds.pop()
     listed = [f for listing in listings for f in listing.files]
-    picked = prior.select(listed, update=cfg.update) if prior else Selection.everything(listed)
+    picked = prior.select(listed, update=cfg.update, remove_missing=cfg.remove_missing) if prior else Selection.everything(listed, s3)
     held = [str(n) for n in prior.metadata.extra.get("labels") or []] if prior else []
-    grown = dict(replaced=picked.replaced, unchanged=picked.unchanged)
+    grown = dict(replaced=picked.replaced, unchanged=picked.unchanged, removed=picked.removed, moved=picked.moved, missing=picked.missing)
     if kind == "imagefolder":
         chosen = {f.uri for f in picked.files}
         items: list[FileItem] = []
