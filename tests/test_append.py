@@ -85,7 +85,7 @@ def test_each_append_equals_a_from_scratch_run_and_keeps_the_rows_before(corpus,
         assert rejects(cfg.rejects_uri) == rejects(ref.rejects_uri)
         assert [f.fragment_id for f in lance.dataset(out).get_fragments()][:len(fragments)] == fragments  # a Merge: ids kept
         assert summary["step"] == {"version": i + 2, "added": i + 1, "replaced": 0, "unchanged": 2 + i, "rows_added": summary["rows_written"],
-                                   "rows_removed": 0}
+                                   "rows_removed": 0, "removed": 0, "moved": [], "missing": []}
     meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
     assert [(h["version"], [Path(u).name for u in h["added"]]) for h in meta["history"]] == [
         (1, ["a.jsonl", "b.jsonl"]), (2, ["c.jsonl"]), (3, ["e.jsonl", "d.jsonl"])]
@@ -118,7 +118,7 @@ def test_a_changed_file_is_refused_and_update_replaces_exactly_its_rows(corpus, 
     ref = from_scratch(cfg, tmp_path / "ref.lance")
     assert rows(str(out)) == rows(ref.output) and before < rows(str(out))  # rows that did not move keep their ids
     assert rejects(cfg.rejects_uri) == rejects(ref.rejects_uri) == []
-    assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 1, "rows_added": 17, "rows_removed": 12}
+    assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 1, "rows_added": 17, "rows_removed": 12, "removed": 0, "moved": [], "missing": []}
     assert "replaced 1 file (a.jsonl), +17 rows, -12 rows" in format_summary(summary)
     meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
     assert meta["counts"]["rows_written"] == 8 + 17 and meta["counts"]["rows_rejected"] == 0

@@ -100,7 +100,7 @@ def test_a_photo_added_to_a_class_folder_is_one_new_version_equal_to_a_from_scra
     photo(tree / "ants" / "d.png", 40)
     photo(tree / "bees" / "e.png", 50)
     summary = run_decode_images(changed(cfg, append=True))
-    assert summary["step"] == {"version": 2, "added": 2, "replaced": 0, "unchanged": 4, "rows_added": 2, "rows_removed": 0}
+    assert summary["step"] == {"version": 2, "added": 2, "replaced": 0, "unchanged": 4, "rows_added": 2, "rows_removed": 0, "removed": 0, "moved": [], "missing": []}
     assert summary["rows_read"] == 2  # only the new photos were read
     meta = assert_from_scratch(changed(cfg, append=True), str(tmp_path / "ref.lance"))
     assert set(before) < set(rows(str(out))) and rows(str(out), version=1) == before
@@ -132,7 +132,7 @@ def test_a_changed_photo_is_refused_and_update_replaces_exactly_its_row(tree, tm
         run_decode_images(changed(cfg, append=True))
     assert lance.dataset(cfg.output).version == 1
     summary = run_decode_images(changed(cfg, update=True))
-    assert summary["step"] == {"version": 2, "added": 0, "replaced": 1, "unchanged": 3, "rows_added": 1, "rows_removed": 1}
+    assert summary["step"] == {"version": 2, "added": 0, "replaced": 1, "unchanged": 3, "rows_added": 1, "rows_removed": 1, "removed": 0, "moved": [], "missing": []}
     assert "version 2: replaced 1 file, +1 rows, -1 rows" in format_summary(summary)
     assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
     after = {r[3]: r for r in rows(cfg.output)}
@@ -219,7 +219,7 @@ def test_webdataset_shards_append_and_update_by_shard(tmp_path):
     assert_from_scratch(changed(cfg, append=True), str(tmp_path / "ref.lance"))
     shard(src / "s1.tar", [("c", 5, "1"), ("d", 4, "0"), ("e", 6, "0")])
     summary = run_decode_images(changed(cfg, update=True))
-    assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 3, "rows_removed": 1}
+    assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 3, "rows_removed": 1, "removed": 0, "moved": [], "missing": []}
     meta = assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
     assert [Path(u).name for h in meta["history"] for u in h["added"] + h["replaced"]] == ["s0.tar", "s1.tar", "s1.tar"]
 
@@ -256,7 +256,7 @@ def test_a_new_manifest_appends_and_update_replaces_a_changed_ones_rows_and_reje
     with pytest.raises(PrepError, match=r"m0\.csv changed since"):
         run_decode_images(changed(cfg, append=True))
     summary = run_decode_images(changed(cfg, update=True))
-    assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 2, "rows_removed": 2}
+    assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 2, "rows_removed": 2, "removed": 0, "moved": [], "missing": []}
     assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
     assert [r[:2] for r in rejects(cfg.rejects_uri)] == [(str(images / "gone.png"), "image"), (str(lists / "m0.csv"), "row 3")]
 
@@ -311,7 +311,7 @@ def test_append_and_update_under_the_ray_executor_equal_a_from_scratch_run(ray_l
     photo(tree / "ants" / "a.png", 99, png(99, (9, 7)))
     summary = run_decode_images(changed(cfg, update=True))
     assert summary["executor"] == "ray"
-    assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 3, "rows_added": 2, "rows_removed": 1}
+    assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 3, "rows_added": 2, "rows_removed": 1, "removed": 0, "moved": [], "missing": []}
     assert_from_scratch(changed(cfg, executor="local", update=True), str(tmp_path / "ref.lance"))
 
 

@@ -36,7 +36,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -175,10 +175,9 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         "history": [h.to_json() for h in ((prior.metadata.history if prior else ()) + (step,))],
         **job.metadata(plan, totals),
     }, cfg.output)  # the parser that readers use checks what is written, too
-    for lease in leases:
-        lease.check()  # a run that lost its lease (it looked dead) commits nothing
     metadata = commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
-                         rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction, growth=growth)
+                         rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction, growth=growth,
+                         leases=leases)
     drop_unreferenced(cfg.output, [h.file_index for h in metadata.history if h.file_index], s3)  # a killed step's, a replaced table's
     if cfg.overwrite or orphan:
         drop_old_versions(cfg, s3)
@@ -335,6 +334,7 @@ def commit_and_reconcile(
     s3: storage.S3Options,
     max_reject_fraction: float,
     growth: Growth | None = None,
+    leases: Sequence[Lease] = (),
 ) -> TableMetadata:
     """Commits the rejects, checks every count against its other side and the reject
     budget, then commits the table; returns ``metadata`` as committed (its last step
@@ -347,6 +347,8 @@ def commit_and_reconcile(
     the whole table's on the totals in ``metadata``.
 
     Every count is checked before the table commit, so an error never follows a committed table version.
+    Each of ``leases`` is checked right before each commit: a run that lost one (it looked dead and another
+    run took the output over) commits nothing more.
 
     Raises:
         TooManyRejects: over the budget, or every row rejected; the rejects stay committed.
@@ -355,6 +357,7 @@ def commit_and_reconcile(
     rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
     reject_fragments = [f for r in results for f in r.reject_fragments]
     base = rejects_base(growth.prior if growth else None, rejects, rejects_opts)
+    _check_leases(leases)
     if base is None:
         rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
         had_rows = had_files = 0
@@ -376,6 +379,7 @@ def commit_and_reconcile(
     _check("rows the workers wrote", counts["rows_written"], "rows in the written fragments", in_fragments)
     if results or growth is None:  # a step that only removes rows (moved or missing files) reads nothing
         check_budget(counts["rows_read"], rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
+    _check_leases(leases)
     if growth is None:
         metadata = _stamped(metadata, rej.version)
         table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
@@ -393,11 +397,18 @@ def commit_and_reconcile(
     _check("rows the table's counts say", metadata.counts.get("rows_written", 0), "rows kept + rows written", kept_rows + in_fragments)
     _check("rejected rows the table's counts say", metadata.counts.get("rows_rejected", 0), f"rows in {rejects}",
            rej.count_rows(filter="position != 'file'"))
+    _check_leases(leases)
     table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=lambda v: _stamped(metadata, rej.version, v),
                                       storage_options=output_opts)
     faults.maybe_raise("commit", "table")
     _after_commit(output, kept_rows + in_fragments, table.count_rows())
     return _stamped(metadata, rej.version, table.version)
+
+
+def _check_leases(leases: Sequence[Lease]) -> None:
+    """Raises unless this run still holds every lease (refreshed now): the last word before a commit."""
+    for lease in leases:
+        lease.check()
 
 
 def _after_commit(output: str, expected: int, committed: int) -> None:
