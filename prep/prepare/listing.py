@@ -3,7 +3,10 @@
 One set of rules: an existing path wins over glob syntax (``photos [2020]/`` is a
 folder, not a pattern); a folder is listed recursively; a glob lists what matches;
 hidden files and anything under a hidden folder are skipped; files come sorted by
-path, so the same inputs always give the same order. Each file carries its key (its
+path, so the same inputs always give the same order; prep's own outputs are never
+input: a folder holding prep's markers (a table or rejects table prep wrote, a
+materialized output, a reader cache, a lease: :func:`prep_folders`) or a Lance table is
+left out with everything under it, with one warning line per input. Each file carries its key (its
 path relative to its input's root: class folders, messages), its id key (what row ids
 derive from: its path relative to the root all inputs share, or its full URI when
 they share none, so same-named files in different folders never share ids) and its
@@ -26,11 +29,12 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from prep.contracts.ownership import CACHE_MARKER, JOB_MARKER, LEASE
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
 __all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "row_group_ranges",
-           "with_digest"]
+           "with_digest", "prep_folders"]
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +130,30 @@ def with_digest(file: ListedFile, s3: storage.S3Options | None = None) -> Listed
     return replace(file, digest=f"sha256:{digest}")
 
 
+_MARKERS = frozenset({JOB_MARKER, CACHE_MARKER, LEASE})
+
+
+def prep_folders(paths: list[str]) -> set[str]:
+    """The folders among ``paths``' parents that prep wrote (they hold one of its markers or its lease) or that
+    hold a Lance table (its ``_versions``): their files are never input.
+
+    >>> sorted(prep_folders(["/d/a.jsonl", "/d/t.lance/_prep_lease.json", "/d/x.lance/_versions/1.manifest"]))
+    ['/d/t.lance', '/d/x.lance']
+    """
+    found = set()
+    for p in paths:
+        head, name = posixpath.split(p)
+        if name in _MARKERS:
+            found.add(head)
+        elif "/_versions/" in p:
+            found.add(p[: p.index("/_versions/")])
+    return found
+
+
+def _inside(path: str, folders: set[str]) -> bool:
+    return any(path.startswith(f + "/") for f in folders)
+
+
 def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable[[str], bool] = lambda path: True,
                what: str = "files") -> Listing:
     """Expands a file, folder or glob into sorted :class:`ListedFile` s that ``accept`` keeps.
@@ -146,6 +174,15 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
         found = fs.glob(path, detail=True)
     else:
         raise PrepError(f"input not found: {storage.shown(given)}")
+    ours = prep_folders(list(found))
+    if root.rstrip("/") in ours or _inside(root, ours):
+        raise PrepError(f"input {given} is a folder prep wrote (an output: its markers or its lease are there); prep's own "
+                        "outputs are never input: give the files it was made from, or read the table with prep read")
+    if ours:
+        shown = sorted(storage.with_scheme(given, f) for f in ours)
+        log.warning("input %s holds %d folder(s) prep wrote (%s%s), left out: prep's own outputs are never input",
+                    given, len(ours), ", ".join(shown[:3]), " ..." if len(shown) > 3 else "")
+        found = {p: info for p, info in found.items() if not _inside(p, ours)}
     files = [
         ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info),
                    stamp=_stamp(info))
