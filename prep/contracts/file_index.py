@@ -16,11 +16,12 @@ files its new history no longer names.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from prep.contracts.source import SourceEntry
 from prep.io import storage
 
 __all__ = ["INDEX_DIR", "index_path", "write_index", "read_index", "drop_unreferenced"]
@@ -42,15 +43,15 @@ def index_path(version: int) -> str:
     return f"{INDEX_DIR}/v{version}.parquet"
 
 
-def write_index(table: str, version: int, files: Sequence[Mapping[str, Any]], s3: storage.S3Options | None,
+def write_index(table: str, version: int, files: Sequence[SourceEntry], s3: storage.S3Options | None,
                 removed: Sequence[str] = ()) -> str:
     """Writes ``files`` (as :meth:`prep.prepare.listing.ListedFile.describe` gives them) and the URIs whose rows
     the step ``removed`` as the index of the step committing ``version`` of ``table``; returns its path
     relative to the table. A step killed before its commit left the same path: the rerun replaces it."""
     rel = index_path(version)
-    entries = [{**f, "removed": False} for f in files] + [{"uri": u, "key": "", "size": 0, "mtime": "", "removed": True} for u in removed]
-    columns = {name: [f.get(name) or ("" if name in _TEXT else None) for f in entries] for name in _SCHEMA.names}
-    columns["removed"] = [f["removed"] for f in entries]
+    entries = list(files) + [SourceEntry(uri=u, key="", size=0, mtime="") for u in removed]
+    columns = {name: [getattr(f, name) or ("" if name in _TEXT else None) for f in entries] for name in _SCHEMA.names[:-1]}
+    columns["removed"] = [False] * len(files) + [True] * len(removed)
     fs, path = storage.filesystem(storage.join(table, rel), s3)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(path, "wb") as out:
@@ -58,10 +59,10 @@ def write_index(table: str, version: int, files: Sequence[Mapping[str, Any]], s3
     return rel
 
 
-def read_index(table: str, paths: Iterable[str], s3: storage.S3Options | None) -> dict[str, dict[str, Any]]:
+def read_index(table: str, paths: Iterable[str], s3: storage.S3Options | None) -> dict[str, SourceEntry]:
     """The files the indexes at ``paths`` (oldest first) list, by URI; a later index's entry wins, and a
     file a later step removed is not held. An index written before stamps and digests reads without them."""
-    held: dict[str, dict[str, Any]] = {}
+    held: dict[str, SourceEntry] = {}
     for rel in paths:
         fs, path = storage.filesystem(storage.join(table, rel), s3)
         with fs.open(path, "rb") as f:
@@ -72,8 +73,8 @@ def read_index(table: str, paths: Iterable[str], s3: storage.S3Options | None) -
             if cols["removed"][i]:
                 held.pop(uri, None)
                 continue
-            held[uri] = {"uri": uri, "key": cols["key"][i], "size": cols["size"][i], "mtime": cols["mtime"][i],
-                         **{k: cols[k][i] for k in _TEXT if cols[k][i]}}
+            held[uri] = SourceEntry(uri=uri, key=cols["key"][i], size=cols["size"][i], mtime=cols["mtime"][i],
+                                    **{k: cols[k][i] for k in _TEXT if cols[k][i]})
     return held
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Mapping, get_args
 
+from prep.contracts.source import SourceEntry
 from prep.errors import PrepError
 
 __all__ = ["METADATA_KEY", "TABLE_FORMAT", "Kind", "KINDS", "TEXT_KINDS", "TokenizerInfo", "ImageInfo", "read_table_metadata",
@@ -208,7 +209,7 @@ class TableMetadata:
         kind: ``sft``, ``pretrain``, ``packed`` (text) or ``images``.
         prep_version: the prep that wrote it.
         config: the resolved job config (secrets left out); ``config_hash`` its hash.
-        sources: provenance of every input (uri, size, mtime).
+        sources: provenance of every input (:class:`~prep.contracts.source.SourceEntry`).
         counts: rows read/written/rejected, tokens... as counted by the job.
         rejects_uri: where its rejects table is.
         tokenizer: text tables: the tokenizer's identity and special ids.
@@ -223,7 +224,7 @@ class TableMetadata:
     prep_version: str
     config: Mapping[str, Any] = field(default_factory=dict)
     config_hash: str = ""
-    sources: tuple[Mapping[str, Any], ...] = ()
+    sources: tuple[SourceEntry, ...] = ()
     counts: Mapping[str, int] = field(default_factory=dict)
     rejects_uri: str = ""
     tokenizer: TokenizerInfo | None = None
@@ -265,9 +266,10 @@ class TableMetadata:
         if not isinstance(counts, Mapping):
             raise _fail(where, f"counts={counts!r} must be an object")
         counts = {str(k): _int(where, f"counts.{k}", v) for k, v in counts.items() if not isinstance(v, Mapping)}
-        sources = raw.get("sources") or []
-        if not isinstance(sources, list) or not all(isinstance(s, Mapping) for s in sources):
+        listed = raw.get("sources") or []
+        if not isinstance(listed, list):
             raise _fail(where, "sources must be a list of objects")
+        sources = tuple(SourceEntry.from_json(s, where) for s in listed)
         tokenizer = TokenizerInfo.from_json(raw["tokenizer"], where) if raw.get("tokenizer") is not None else None
         if kind in TEXT_KINDS and tokenizer is None:
             raise _fail(where, f"of a {kind} table names no tokenizer")
@@ -280,14 +282,14 @@ class TableMetadata:
             raise _fail(where, "config must be an object")
         history = raw.get("history")
         if history is None:  # written before steps were recorded: one step made all of it
-            steps: tuple[Step, ...] = (Step(version=None, added=tuple(str(s.get("uri", "")) for s in sources),
+            steps: tuple[Step, ...] = (Step(version=None, added=tuple(s.uri for s in sources),
                                             rows_added=counts.get("rows_written", 0), tokens_added=counts.get("tokens", 0)),)
         elif isinstance(history, list) and history:
             steps = tuple(Step.from_json(h, where) for h in history)
         else:
             raise _fail(where, f"history={history!r} must be a non-empty list of steps")
         return cls(kind=kind, prep_version=str(raw.get("prep_version", "?")), config=config,
-                   config_hash=str(raw.get("config_hash", "")), sources=tuple(sources), counts=counts,
+                   config_hash=str(raw.get("config_hash", "")), sources=sources, counts=counts,
                    rejects_uri=str(raw.get("rejects_uri", "")), tokenizer=tokenizer, seq_len=seq_len, image=image,
                    history=steps, extra={k: v for k, v in raw.items() if k not in _FIELDS})
 
@@ -296,7 +298,7 @@ class TableMetadata:
         return {
             **self.extra,
             "format": self.format, "prep_version": self.prep_version, "kind": self.kind,
-            "config": dict(self.config), "config_hash": self.config_hash, "sources": [dict(s) for s in self.sources],
+            "config": dict(self.config), "config_hash": self.config_hash, "sources": [s.to_json() for s in self.sources],
             "counts": dict(self.counts), "rejects_uri": self.rejects_uri,
             "tokenizer": self.tokenizer.to_json() if self.tokenizer else None, "seq_len": self.seq_len,
             "image": self.image.to_json() if self.image else None,

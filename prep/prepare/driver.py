@@ -44,6 +44,7 @@ import prep
 from prep.io import lance_tables
 from prep.io import storage
 from prep.contracts.file_index import drop_unreferenced, write_index
+from prep.contracts.source import SourceEntry
 from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, Step, TableMetadata, read_metadata
 from prep.runtime.config import JobConfig, config_hash
 from prep.errors import PrepError
@@ -85,12 +86,12 @@ class ChunkPlan:
     """
 
     chunks: list[Any]
-    sources: list[dict[str, Any]]
+    sources: list[SourceEntry]
     details: dict[str, Any] = field(default_factory=dict)
     chunk_sources: list[str] | None = None
     replaced: list[str] = field(default_factory=list)
     unchanged: int = 0
-    file_index: list[dict[str, Any]] | None = None
+    file_index: list[SourceEntry] | None = None
     removed: list[str] = field(default_factory=list)
     moved: list[tuple[str, str]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -169,7 +170,7 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         "prep_version": prep.__version__,
         "config": cfg.model_dump(mode="json", exclude={"s3"}),
         "config_hash": config_hash(cfg),
-        "sources": (growth.kept_sources(sources) if growth else []) + sources,
+        "sources": [s.to_json() for s in (growth.kept_sources(sources) if growth else []) + sources],
         "counts": totals,
         "rejects_uri": cfg.rejects_uri,
         "history": [h.to_json() for h in ((prior.metadata.history if prior else ()) + (step,))],
@@ -237,27 +238,27 @@ def _step(plan: ChunkPlan, counts: dict[str, int], growth: Growth | None, versio
     made = dict(version=version, rows_added=counts["rows_written"], tokens_added=counts.get("tokens", 0),
                 rows_removed=removed.get("rows_written", 0), tokens_removed=removed.get("tokens", 0))
     if plan.file_index is None:
-        return Step(added=tuple(s["uri"] for s in plan.sources if s["uri"] not in plan.replaced), replaced=tuple(plan.replaced),
+        return Step(added=tuple(s.uri for s in plan.sources if s.uri not in plan.replaced), replaced=tuple(plan.replaced),
                     removed=tuple(plan.removed), **made)
     return Step(files_added=len(plan.file_index) - len(plan.replaced), files_replaced=len(plan.replaced), files_removed=len(plan.removed),
                 file_index=write_index(output, version, plan.file_index, s3, plan.removed), **made)
 
 
-def _with_rows(plan: ChunkPlan, results: list[ChunkResult]) -> list[dict[str, Any]]:
+def _with_rows(plan: ChunkPlan, results: list[ChunkResult]) -> list[SourceEntry]:
     """``plan.sources``, each with the counts and the data files of its rows and of its rejects
     when chunks do not mix files."""
     if plan.chunk_sources is None:
         return list(plan.sources)
-    counts: dict[str, Counter] = {s["uri"]: Counter() for s in plan.sources}
-    files: dict[str, list[str]] = {s["uri"]: [] for s in plan.sources}
-    rejects: dict[str, list[str]] = {s["uri"]: [] for s in plan.sources}
+    counts: dict[str, Counter] = {s.uri: Counter() for s in plan.sources}
+    files: dict[str, list[str]] = {s.uri: [] for s in plan.sources}
+    rejects: dict[str, list[str]] = {s.uri: [] for s in plan.sources}
     for r in results:
         uri = plan.chunk_sources[r.index]
         counts[uri].update(r.counts)
         files[uri] += [d.path for f in r.fragments for d in f.files]
         rejects[uri] += [d.path for f in r.reject_fragments for d in f.files]
-    return [{**s, "counts": {k: int(v) for k, v in sorted(counts[s["uri"]].items())}, "data_files": files[s["uri"]],
-             "reject_files": rejects[s["uri"]]} for s in plan.sources]
+    return [dataclasses.replace(s, counts={k: int(v) for k, v in sorted(counts[s.uri].items())}, data_files=tuple(files[s.uri]),
+                                reject_files=tuple(rejects[s.uri])) for s in plan.sources]
 
 
 def _next_version(uri: str, opts: dict[str, str] | None) -> int:

@@ -30,6 +30,7 @@ import lance
 from pydantic import BaseModel
 
 from prep.contracts.file_index import read_index
+from prep.contracts.source import SourceEntry
 from prep.contracts.table import TableMetadata, read_table_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
@@ -64,9 +65,9 @@ class Selection(Generic[F]):
     missing: list[str] = field(default_factory=list)
 
     @classmethod
-    def everything(cls, files: Sequence[F], s3: storage.S3Options | None = None) -> Selection[F]:
+    def everything(cls, files: Sequence[F]) -> Selection[F]:
         """A from-scratch run: every file is new (its digest taken, for a later ``--update``)."""
-        return cls([with_digest(f, s3) for f in files], [], 0)
+        return cls([with_digest(f) for f in files], [], 0)
 
 
 @dataclass(frozen=True)
@@ -79,19 +80,19 @@ class Prior:
     s3: storage.S3Options | None = None
 
     @functools.cached_property
-    def sources(self) -> dict[str, Mapping[str, Any]]:
+    def sources(self) -> dict[str, SourceEntry]:
         """The recorded sources by URI."""
-        return {str(s.get("uri")): s for s in self.metadata.sources}
+        return {s.uri: s for s in self.metadata.sources}
 
     @functools.cached_property
-    def indexed(self) -> dict[str, Mapping[str, Any]]:
+    def indexed(self) -> dict[str, SourceEntry]:
         """The input files its steps' file indexes list, by URI (one scan of each index)."""
         return read_index(self.uri, [h.file_index for h in self.metadata.history if h.file_index], self.s3)
 
     @functools.cached_property
-    def files(self) -> dict[str, Mapping[str, Any]]:
+    def files(self) -> dict[str, SourceEntry]:
         """Every input file it holds, by URI: the recorded sources with an id key, and the indexed files."""
-        return {**{u: s for u, s in self.sources.items() if "key" in s}, **self.indexed}
+        return {**{u: s for u, s in self.sources.items() if s.key is not None}, **self.indexed}
 
     def id_root(self) -> IdRoot:
         """The root its row ids were made under, read back from its files' id keys.
@@ -99,10 +100,10 @@ class Prior:
         Raises:
             PrepError: the table records no id keys (prep made it before ``--append`` existed).
         """
-        if not self.files or (not self.indexed and any("key" not in s for s in self.metadata.sources)):
+        if not self.files or (not self.indexed and any(s.key is None for s in self.metadata.sources)):
             raise PrepError(f"{self.uri} records no id key per input file (prep {self.metadata.prep_version} made it, "
                             "before --append existed): prepare it anew once with --overwrite, then append to it")
-        roots = {id_root_of(str(s["uri"]), str(s["key"])) for s in self.files.values()}
+        roots = {id_root_of(s.uri, str(s.key)) for s in self.files.values()}
         if len(roots) != 1:
             raise PrepError(f"{self.uri} records id keys under {len(roots)} roots ({sorted(str(r.path) for r in roots)[:3]}): "
                             "its metadata was edited or is corrupt; prepare it anew with --overwrite")
@@ -144,13 +145,13 @@ class Prior:
             if was is not None and _untouched(was, f):
                 kept += 1
                 continue
-            if was is None or was.get("digest"):  # a table made before digests compares mtimes: no read
-                f = with_digest(f, self.s3)
+            if was is None or was.digest:  # a table made before digests compares mtimes: no read
+                f = with_digest(f)
             how = _differs(was, f) if was is not None else ""
             if was is not None and not how:
                 kept += 1
                 continue
-            chosen.append(with_digest(f, self.s3))
+            chosen.append(with_digest(f))
             if how:
                 changed.append((f.uri, how))
         gone = sorted(held.keys() - {f.uri for f in files})
@@ -168,23 +169,22 @@ class Prior:
         return Selection(chosen, [uri for uri, _ in changed], kept, removed, moved, [] if remove_missing else missing)
 
 
-def _untouched(was: Mapping[str, Any], now: ListedFile) -> bool:
-    """True when a recorded file is surely as it was without reading it: its inode and ctime (locally) or its ETag
-    (object stores) as recorded, and its size and mtime."""
-    same = was.get("size") == now.size and str(was.get("mtime")) == now.mtime
-    if was.get("etag") and now.etag:
-        return was.get("size") == now.size and was.get("etag") == now.etag
-    return same and bool(was.get("stamp")) and was.get("stamp") == now.stamp
+def _untouched(was: SourceEntry, now: ListedFile) -> bool:
+    """True when a recorded file is surely as it was without reading it: its ETag (object stores), or its inode
+    and ctime (locally) with its size and mtime, as recorded."""
+    if was.etag and now.etag:
+        return was.size == now.size and was.etag == now.etag
+    return was.size == now.size and was.mtime == now.mtime and bool(was.stamp) and was.stamp == now.stamp
 
 
-def _moves(gone: Mapping[str, Mapping[str, Any]], new: Sequence[ListedFile]) -> list[tuple[str, str]]:
+def _moves(gone: Mapping[str, SourceEntry], new: Sequence[ListedFile]) -> list[tuple[str, str]]:
     """``(held URI, new URI)`` for each new file with the content of a held file that is not listed now
     (the same size and digest, or the same size and ETag); each held file moves once, in listing order."""
     by_content: dict[tuple[int, str], list[str]] = {}
     for uri, was in gone.items():
-        content = was.get("digest") or was.get("etag")
-        if content:
-            by_content.setdefault((int(was.get("size") or 0), str(content)), []).append(uri)
+        content = was.digest or was.etag
+        if content and was.size is not None:
+            by_content.setdefault((was.size, content), []).append(uri)
     moved = []
     for f in new:
         olds = by_content.get((f.size, f.digest or f.etag))
@@ -223,18 +223,18 @@ def _defaults(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def _differs(was: Mapping[str, Any], now: ListedFile) -> str:
+def _differs(was: SourceEntry, now: ListedFile) -> str:
     """What changed between a recorded file and its listing now ("" when nothing did): its content's
     identity (ETag, digest) decides when both sides have it, so a rewrite of the same bytes is no change;
     a table made before digests compares mtimes."""
-    if was.get("size") != now.size:
-        return f"size {was.get('size')} -> {now.size} bytes"
-    if was.get("etag") and now.etag:
-        return f"ETag {was.get('etag')} -> {now.etag}" if was.get("etag") != now.etag else ""
-    if was.get("digest") and now.digest:
-        return f"content {str(was.get('digest'))[:19]} -> {now.digest[:19]}" if was.get("digest") != now.digest else ""
-    if str(was.get("mtime")) != now.mtime:
-        return f"mtime {was.get('mtime')} -> {now.mtime}"
+    if was.size != now.size:
+        return f"size {was.size} -> {now.size} bytes"
+    if was.etag and now.etag:
+        return f"ETag {was.etag} -> {now.etag}" if was.etag != now.etag else ""
+    if was.digest and now.digest:
+        return f"content {was.digest[:19]} -> {now.digest[:19]}" if was.digest != now.digest else ""
+    if was.mtime != now.mtime:
+        return f"mtime {was.mtime} -> {now.mtime}"
     return ""
 
 
@@ -287,18 +287,18 @@ class Growth:
         by_rows = tuple(u for u in replaced if u in prior.indexed)
         for uri in (u for u in replaced if u not in by_rows):
             recorded = prior.files[uri]
-            if "data_files" not in recorded:
+            if recorded.data_files is None:
                 raise PrepError(f"{uri} changed, but {prior.uri} does not record which rows it gave (its chunks mix files): "
                                 "--update cannot replace them; prepare the table anew with --overwrite")
-            removed.update(recorded.get("counts") or {})
+            removed.update(recorded.counts or {})
         if by_rows:
             removed.update(_counted(prior, by_rows, rejects))
         return cls(prior, tuple(replaced), dict(removed), by_rows)
 
-    def kept_sources(self, step: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The prior's sources the step neither replaced nor records anew (an image folder it listed again)."""
-        gone = set(self.replaced) | {s["uri"] for s in step}
-        return [dict(s) for s in self.prior.metadata.sources if s.get("uri") not in gone]
+    def kept_sources(self, step: list[SourceEntry]) -> list[SourceEntry]:
+        """The prior's sources the step neither replaced nor removed nor records anew (an image folder it listed again)."""
+        gone = set(self.replaced) | {s.uri for s in step}
+        return [s for s in self.prior.metadata.sources if s.uri not in gone]
 
     def totals(self, step: Mapping[str, int]) -> dict[str, int]:
         """The table's counts after the step: the prior's, less the replaced files', plus the step's."""
@@ -306,12 +306,12 @@ class Growth:
         return {k: int(had.get(k, 0)) - int(self.removed.get(k, 0)) + int(step.get(k, 0)) for k in sorted(set(had) | set(step))}
 
     def removed_data_files(self) -> set[str]:
-        return {p for uri in self.replaced for p in self.prior.files[uri].get("data_files", [])}
+        return {p for uri in self.replaced for p in self.prior.files[uri].data_files or ()}
 
     def removed_reject_files(self) -> set[str]:
         """The rejects' data files the replaced files' chunks wrote (their rejects may name
         other URIs: a manifest's images), recorded like their ``data_files``."""
-        return {p for uri in self.replaced for p in self.prior.files[uri].get("reject_files", [])}
+        return {p for uri in self.replaced for p in self.prior.files[uri].reject_files or ()}
 
 
 def _counted(prior: Prior, uris: tuple[str, ...], rejects: str) -> dict[str, int]:
@@ -323,7 +323,7 @@ def _counted(prior: Prior, uris: tuple[str, ...], rejects: str) -> dict[str, int
     rejected = base.to_table(columns=["source"], filter=f"({where}) AND position != 'file'").column("source").to_pylist() if base else []
     files = base.count_rows(filter=f"({where}) AND position = 'file'") if base else 0
     return {"rows_read": len(written) + len(rejected), "rows_accepted": len(written), "rows_written": len(written),
-            "rows_rejected": len(rejected), "files_rejected": files, "bytes_read": sum(int(prior.indexed[u]["size"]) for u in written + rejected)}
+            "rows_rejected": len(rejected), "files_rejected": files, "bytes_read": sum(prior.indexed[u].size or 0 for u in written + rejected)}
 
 
 def rejects_base(prior: Prior | None, rejects: str, opts: dict[str, str] | None) -> Any:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from prep.contracts.ownership import CACHE_MARKER, JOB_MARKER, LEASE
+from prep.contracts.source import SourceEntry
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
@@ -56,12 +57,12 @@ class ListedFile:
     etag: str = ""
     id_key: str = ""
     stamp: str = ""  # local files: "inode:ctime", changed by any write or move (mtime can be set back, ctime cannot)
-    digest: str = ""  # local files: "sha256:<hex>" of the bytes, once :func:`with_digest` read them
+    digest: str = ""  # local files: "sha256:<first 128 bits, hex>" of the bytes, once :func:`with_digest` read them
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> SourceEntry:
         """The file's provenance as a table records it: its identity, and the key its row ids derive from."""
-        return {"uri": self.uri, "key": self.ids_from, "size": self.size, "mtime": self.mtime,
-                **{k: v for k, v in (("etag", self.etag), ("stamp", self.stamp), ("digest", self.digest)) if v}}
+        return SourceEntry(uri=self.uri, key=self.ids_from, size=self.size, mtime=self.mtime, etag=self.etag, stamp=self.stamp,
+                           digest=self.digest)
 
     @property
     def ids_from(self) -> str:
@@ -116,15 +117,15 @@ def _stamp(info: dict[str, Any]) -> str:
     return f"{info['ino']}:{info['created']!r}" if "ino" in info and "created" in info else ""
 
 
-def with_digest(file: ListedFile, s3: storage.S3Options | None = None) -> ListedFile:
-    """``file`` with the identity of its content: a SHA-256 of a local file's bytes (one read, ~450 MB/s
-    on one core); on an object store, whose ETag already names the content, ``file`` as it is."""
+def with_digest(file: ListedFile) -> ListedFile:
+    """``file`` with the identity of its content: a SHA-256 of a local file's bytes (one read: GSM8K's 4.2 MB
+    in 0.04 s, 245 photos of 27 MB in 0.23 s on this project's loaded 2-core machine); on an object store,
+    whose ETag already names the content, ``file`` as it is (no read)."""
     if file.digest or file.etag or storage.is_remote(file.uri):
         return file
-    fs, path = storage.filesystem(file.uri, s3)
     try:
-        with fs.open(path, "rb") as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        with open(storage.fs_path(file.uri), "rb") as f:  # not fsspec's open: ~3 ms a file less (245 photos: 0.8 s -> 0.2 s)
+            digest = hashlib.file_digest(f, "sha256").hexdigest()[:32]  # 128 bits name a content; a file index keeps one per image
     except OSError as exc:
         raise PrepError(f"cannot read {file.uri} ({type(exc).__name__}: {one_line(exc, limit=200)})") from None
     return replace(file, digest=f"sha256:{digest}")
@@ -257,8 +258,9 @@ def _below(uri: str, root: str | None) -> str:
 
 
 def check_unchanged(file: ListedFile, s3: storage.S3Options | None = None) -> None:
-    """Raises if ``file`` no longer has the size and mtime (ETag on object stores) it was
-    listed with: a file written to while the job reads it would give rows of two versions.
+    """Raises if ``file`` no longer has the size and mtime (ETag on object stores; and locally the
+    inode and ctime) it was listed with: a file written to while the job reads it would give rows
+    of two versions.
 
     Raises:
         PrepError: naming the file and what changed.

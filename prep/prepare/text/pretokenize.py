@@ -293,7 +293,7 @@ class TextJob:
     def plan(self, s3: storage.S3Options, prior: Prior | None = None) -> ChunkPlan:
         cfg = self.cfg
         listed = list_sources(cfg.inputs, cfg.input_format, s3, id_root=prior.id_root() if prior else None)
-        picked = prior.select(listed, update=cfg.update, remove_missing=cfg.remove_missing) if prior else Selection.everything(listed, s3)
+        picked = prior.select(listed, update=cfg.update, remove_missing=cfg.remove_missing) if prior else Selection.everything(listed)
         tokenizer = resolve_tokenizer(cfg.tokenizer)  # here: a bad tokenizer fails before Ray starts
         formatter = make_formatter(cfg, tokenizer)  # and a missing or broken chat template
         chunks = plan_chunks(picked.files, cfg.chunk_bytes, cfg.text_unit, s3)
