@@ -85,7 +85,7 @@ def test_each_append_equals_a_from_scratch_run_and_keeps_the_rows_before(corpus,
         assert rejects(cfg.rejects_uri) == rejects(ref.rejects_uri)
         assert [f.fragment_id for f in lance.dataset(out).get_fragments()][:len(fragments)] == fragments  # a Merge: ids kept
         assert summary["step"] == {"version": i + 2, "added": i + 1, "replaced": 0, "unchanged": 2 + i, "rows_added": summary["rows_written"],
-                                   "rows_removed": 0}
+                                   "rows_removed": 0, "removed": 0, "moved": [], "missing": []}
     meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
     assert [(h["version"], [Path(u).name for u in h["added"]]) for h in meta["history"]] == [
         (1, ["a.jsonl", "b.jsonl"]), (2, ["c.jsonl"]), (3, ["e.jsonl", "d.jsonl"])]
@@ -118,7 +118,7 @@ def test_a_changed_file_is_refused_and_update_replaces_exactly_its_rows(corpus, 
     ref = from_scratch(cfg, tmp_path / "ref.lance")
     assert rows(str(out)) == rows(ref.output) and before < rows(str(out))  # rows that did not move keep their ids
     assert rejects(cfg.rejects_uri) == rejects(ref.rejects_uri) == []
-    assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 1, "rows_added": 17, "rows_removed": 12}
+    assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 1, "rows_added": 17, "rows_removed": 12, "removed": 0, "moved": [], "missing": []}
     assert "replaced 1 file (a.jsonl), +17 rows, -12 rows" in format_summary(summary)
     meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
     assert meta["counts"]["rows_written"] == 8 + 17 and meta["counts"]["rows_rejected"] == 0
@@ -287,3 +287,123 @@ def test_append_under_the_ray_executor_equals_a_from_scratch_run(ray_local, corp
     assert summary["executor"] == "ray" and summary["step"]["added"] == 1
     ref = from_scratch(changed(cfg, executor="local"), tmp_path / "ref.lance")
     assert rows(str(out)) == rows(ref.output) and rejects(cfg.rejects_uri) == rejects(ref.rejects_uri)
+
+
+def test_a_deleted_rejects_table_is_refused_before_anything_is_committed(corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 8: the append committed its table version, then exited 2 "row accounting failed"."""
+    import shutil
+
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    shutil.rmtree(cfg.rejects_uri)
+    write(corpus / "c.jsonl", 20, 6)
+    with pytest.raises(PrepError, match=r"t\.rejects\.lance.* is missing.*--overwrite") as err:
+        run_pretokenize(changed(cfg, append=True))
+    assert "please report" not in str(err.value)
+    assert lance.dataset(out).version == 1 and not Path(cfg.rejects_uri).exists()
+
+
+@pytest.mark.parametrize("first,then", [({}, {"pack": {"seq_len": 128}}), ({"pack": {"seq_len": 128}}, {})])
+def test_overwrite_replaces_a_table_of_another_schema(first, then, corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 9: a packed --overwrite of an unpacked table failed "Append with different schema", blaming an input."""
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir, format="pretrain", text_column="question", **first)
+    run_pretokenize(cfg)
+    again = changed(cfg, overwrite=True, **then) if then else changed(cfg, overwrite=True, pack=None)
+    run_pretokenize(again)
+    ref = from_scratch(again, tmp_path / "ref.lance")
+    got, want = lance.dataset(out), lance.dataset(ref.output)
+    assert got.schema.names == want.schema.names and got.to_table().equals(want.to_table())
+
+
+def same_size_edit(path: Path) -> None:
+    """Changes one digit of ``path``, keeping its size and its mtime (as ``touch -r`` does)."""
+    st, data = path.stat(), path.read_bytes()
+    i = next(i for i, b in enumerate(data) if chr(b).isdigit())
+    path.write_bytes(data[:i] + (b"7" if data[i:i + 1] != b"7" else b"3") + data[i + 1:])
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_a_renamed_file_is_moved_not_duplicated_and_update_equals_a_from_scratch_run(corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 3: after renaming c.jsonl to d.jsonl, --update held c's rows twice."""
+    out = tmp_path / "t.lance"
+    write(corpus / "c.jsonl", 20, 6, bad=1)
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    (corpus / "c.jsonl").rename(corpus / "d.jsonl")
+    with pytest.raises(PrepError, match=r"c\.jsonl moved to .*d\.jsonl \(the same content\).*pass --update"):
+        run_pretokenize(changed(cfg, append=True))
+    summary = run_pretokenize(changed(cfg, update=True))
+    ref = from_scratch(cfg, tmp_path / "ref.lance")
+    assert rows(str(out)) == rows(ref.output) and rejects(cfg.rejects_uri) == rejects(ref.rejects_uri)
+    assert summary["step"]["moved"] == [[str(corpus / "c.jsonl"), str(corpus / "d.jsonl")]] and summary["step"]["removed"] == 1
+    assert f"moved: {corpus / 'c.jsonl'} -> {corpus / 'd.jsonl'}" in format_summary(summary)
+    meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
+    assert sorted(Path(s["uri"]).name for s in meta["sources"]) == ["a.jsonl", "b.jsonl", "d.jsonl"]
+    assert meta["counts"]["rows_written"] == lance.dataset(out).count_rows() and meta["history"][-1]["removed"] == [str(corpus / "c.jsonl")]
+    assert run_pretokenize(changed(cfg, update=True))["step"]["version"] is None  # and the next update finds nothing new
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_caught_and_update_equals_a_from_scratch_run(corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 3: an edit with touch -r was "nothing new" and the stale row stayed."""
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    same_size_edit(corpus / "a.jsonl")
+    with pytest.raises(PrepError, match=r"a\.jsonl changed since .*\(content sha256:.*\): pass --update"):
+        run_pretokenize(changed(cfg, append=True))
+    assert run_pretokenize(changed(cfg, update=True))["step"]["replaced"] == 1
+    ref = from_scratch(cfg, tmp_path / "ref.lance")
+    assert rows(str(out)) == rows(ref.output) and rejects(cfg.rejects_uri) == rejects(ref.rejects_uri)
+
+
+def test_a_touched_file_with_the_same_bytes_is_unchanged(corpus, tokenizer_dir, tmp_path):
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    os.utime(corpus / "a.jsonl", (1, 1))  # a new mtime and ctime, the same content
+    assert run_pretokenize(changed(cfg, append=True))["step"]["version"] is None
+
+
+def test_a_missing_file_is_named_and_remove_missing_removes_its_rows(corpus, tokenizer_dir, tmp_path):
+    """Issue 31, finding 3: a file that disappeared kept its rows without a word in the summary."""
+    out = tmp_path / "t.lance"
+    cfg = config(corpus, out, tokenizer_dir)
+    run_pretokenize(cfg)
+    gone = corpus / "a.jsonl"
+    gone.unlink()
+    summary = run_pretokenize(changed(cfg, append=True))
+    assert summary["step"]["missing"] == [str(gone)] and lance.dataset(out).version == 1
+    assert f"1 file(s) the table holds are not among the inputs; their rows stay (--remove-missing removes them): {gone}" in format_summary(summary)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps(cfg.model_dump(mode="json", exclude={"s3", "rejects"})))  # JSON is YAML
+    assert main(["pretokenize", "--config", str(recipe), "--append", "--remove-missing", "-q"]) == 0
+    ref = from_scratch(cfg, tmp_path / "ref.lance")
+    assert rows(str(out)) == rows(ref.output) and rejects(cfg.rejects_uri) == rejects(ref.rejects_uri) == []
+    meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
+    assert meta["counts"]["rows_rejected"] == 0 and meta["history"][-1]["files_removed"] == 1
+    with pytest.raises(ValueError, match="remove_missing .* give it with append or update"):
+        changed(cfg, remove_missing=True)
+
+
+@pytest.mark.s3
+def test_a_rename_on_s3_is_a_move_and_update_equals_a_from_scratch_run(s3_bucket, corpus, tokenizer_dir, tmp_path):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    write(corpus / "c.jsonl", 20, 6)
+    for f in sorted(corpus.glob("*.jsonl")):
+        client.upload_file(str(f), s3_bucket, f"in/{f.name}")
+    src, out = f"s3://{s3_bucket}/in", f"s3://{s3_bucket}/t.lance"
+    cfg = config(corpus, tmp_path / "unused", tokenizer_dir).model_copy(update={"input": src, "output": out})
+    cfg = changed(cfg)
+    run_pretokenize(cfg)
+    client.copy_object(Bucket=s3_bucket, Key="in/d.jsonl", CopySource={"Bucket": s3_bucket, "Key": "in/c.jsonl"})
+    client.delete_object(Bucket=s3_bucket, Key="in/c.jsonl")
+    summary = run_pretokenize(changed(cfg, update=True))
+    assert summary["step"]["moved"] == [[f"{src}/c.jsonl", f"{src}/d.jsonl"]]
+    ref = changed(cfg, output=f"s3://{s3_bucket}/ref.lance", rejects=None, update=False)
+    run_pretokenize(ref)
+    assert rows(out) == rows(ref.output)

@@ -100,7 +100,7 @@ def test_a_photo_added_to_a_class_folder_is_one_new_version_equal_to_a_from_scra
     photo(tree / "ants" / "d.png", 40)
     photo(tree / "bees" / "e.png", 50)
     summary = run_decode_images(changed(cfg, append=True))
-    assert summary["step"] == {"version": 2, "added": 2, "replaced": 0, "unchanged": 4, "rows_added": 2, "rows_removed": 0}
+    assert summary["step"] == {"version": 2, "added": 2, "replaced": 0, "unchanged": 4, "rows_added": 2, "rows_removed": 0, "removed": 0, "moved": [], "missing": []}
     assert summary["rows_read"] == 2  # only the new photos were read
     meta = assert_from_scratch(changed(cfg, append=True), str(tmp_path / "ref.lance"))
     assert set(before) < set(rows(str(out))) and rows(str(out), version=1) == before
@@ -132,7 +132,7 @@ def test_a_changed_photo_is_refused_and_update_replaces_exactly_its_row(tree, tm
         run_decode_images(changed(cfg, append=True))
     assert lance.dataset(cfg.output).version == 1
     summary = run_decode_images(changed(cfg, update=True))
-    assert summary["step"] == {"version": 2, "added": 0, "replaced": 1, "unchanged": 3, "rows_added": 1, "rows_removed": 1}
+    assert summary["step"] == {"version": 2, "added": 0, "replaced": 1, "unchanged": 3, "rows_added": 1, "rows_removed": 1, "removed": 0, "moved": [], "missing": []}
     assert "version 2: replaced 1 file, +1 rows, -1 rows" in format_summary(summary)
     assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
     after = {r[3]: r for r in rows(cfg.output)}
@@ -219,7 +219,7 @@ def test_webdataset_shards_append_and_update_by_shard(tmp_path):
     assert_from_scratch(changed(cfg, append=True), str(tmp_path / "ref.lance"))
     shard(src / "s1.tar", [("c", 5, "1"), ("d", 4, "0"), ("e", 6, "0")])
     summary = run_decode_images(changed(cfg, update=True))
-    assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 3, "rows_removed": 1}
+    assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 3, "rows_removed": 1, "removed": 0, "moved": [], "missing": []}
     meta = assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
     assert [Path(u).name for h in meta["history"] for u in h["added"] + h["replaced"]] == ["s0.tar", "s1.tar", "s1.tar"]
 
@@ -256,7 +256,7 @@ def test_a_new_manifest_appends_and_update_replaces_a_changed_ones_rows_and_reje
     with pytest.raises(PrepError, match=r"m0\.csv changed since"):
         run_decode_images(changed(cfg, append=True))
     summary = run_decode_images(changed(cfg, update=True))
-    assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 2, "rows_removed": 2}
+    assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 2, "rows_removed": 2, "removed": 0, "moved": [], "missing": []}
     assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
     assert [r[:2] for r in rejects(cfg.rejects_uri)] == [(str(images / "gone.png"), "image"), (str(lists / "m0.csv"), "row 3")]
 
@@ -311,7 +311,7 @@ def test_append_and_update_under_the_ray_executor_equal_a_from_scratch_run(ray_l
     photo(tree / "ants" / "a.png", 99, png(99, (9, 7)))
     summary = run_decode_images(changed(cfg, update=True))
     assert summary["executor"] == "ray"
-    assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 3, "rows_added": 2, "rows_removed": 1}
+    assert summary["step"] == {"version": 2, "added": 1, "replaced": 1, "unchanged": 3, "rows_added": 2, "rows_removed": 1, "removed": 0, "moved": [], "missing": []}
     assert_from_scratch(changed(cfg, executor="local", update=True), str(tmp_path / "ref.lance"))
 
 
@@ -351,3 +351,68 @@ def test_the_cli_appends_and_inspect_shows_the_history(tree, tmp_path, capsys):
     shown = capsys.readouterr().out
     assert ("  history:\n    version 1: +4 files, +3 rows (files listed in _prep_files/v1.parquet)\n"
             "    version 2: +1 file, +1 rows (files listed in _prep_files/v2.parquet)") in shown
+
+
+def test_overwrite_replaces_a_text_table_with_an_image_table(tree, tmp_path, tokenizer_dir, shared_data):
+    """Issue 31, finding 9: decode-images --overwrite over a pretokenized table failed "Append with different schema"."""
+    from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+
+    out = tmp_path / "t.lance"
+    run_pretokenize(PretokenizeConfig.model_validate({"input": str(shared_data / "gsm8k" / "train.jsonl"), "output": str(out),
+                                                      "tokenizer": tokenizer_dir, "format": "sft", "executor": "local"}))
+    cfg = config(tree, out, overwrite=True)
+    run_decode_images(cfg)
+    assert_from_scratch(cfg, str(tmp_path / "ref.lance"))
+
+
+def test_a_moved_photo_and_a_same_size_same_mtime_edit_update_to_a_from_scratch_run(tree, tmp_path):
+    """Issue 31, finding 3, for image folders: a photo moved to another class folder, another edited keeping its size and mtime."""
+    cfg = config(tree, tmp_path / "t.lance")
+    run_decode_images(cfg)
+    (tree / "bees" / "c.png").rename(tree / "ants" / "z.png")
+    b = tree / "ants" / "b.png"
+    st = b.stat()
+    b.write_bytes(png(21))  # the same size: one pixel value differs
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert b.stat().st_size == st.st_size
+    with pytest.raises(PrepError, match=r"b\.png changed since .*content sha256.*\(and 1 more\): pass --update"):
+        run_decode_images(changed(cfg, append=True))
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["step"]["moved"] == [[str(tree / "bees" / "c.png"), str(tree / "ants" / "z.png")]]
+    assert summary["step"]["replaced"] == 1 and summary["step"]["rows_removed"] == 2
+    assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
+    assert run_decode_images(changed(cfg, update=True))["step"]["version"] is None  # the moved file is not held twice
+    (tree / "ants" / "a.png").unlink()
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["step"]["missing"] == [str(tree / "ants" / "a.png")] and "--remove-missing" in format_summary(summary)
+    run_decode_images(changed(cfg, update=True, remove_missing=True))
+    assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
+
+
+def test_a_renamed_shard_is_moved_not_duplicated(tmp_path):
+    src = tmp_path / "shards"
+    shard(src / "s0.tar", [("a", 1, "0"), ("b", 2, "1")])
+    shard(src / "s1.tar", [("c", 3, "1")])
+    cfg = config(src, tmp_path / "t.lance")
+    run_decode_images(cfg)
+    (src / "s1.tar").rename(src / "s2.tar")
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["step"]["moved"] == [[str(src / "s1.tar"), str(src / "s2.tar")]]
+    meta = assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
+    assert sorted(Path(s["uri"]).name for s in meta["sources"]) == ["s0.tar", "s2.tar"]
+
+
+@pytest.mark.s3
+def test_a_photo_moved_on_s3_is_moved_not_duplicated(s3_bucket, tree, tmp_path):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    for p in sorted(tree.rglob("*.png")):
+        client.upload_file(str(p), s3_bucket, f"in/{p.relative_to(tree)}")
+    cfg = config(f"s3://{s3_bucket}/in", f"s3://{s3_bucket}/t.lance")
+    run_decode_images(cfg)
+    client.copy_object(Bucket=s3_bucket, Key="in/ants/z.png", CopySource={"Bucket": s3_bucket, "Key": "in/bees/c.png"})
+    client.delete_object(Bucket=s3_bucket, Key="in/bees/c.png")
+    summary = run_decode_images(changed(cfg, update=True))
+    assert summary["step"]["moved"] == [[f"s3://{s3_bucket}/in/bees/c.png", f"s3://{s3_bucket}/in/ants/z.png"]]
+    assert_from_scratch(changed(cfg, update=True), f"s3://{s3_bucket}/ref.lance")

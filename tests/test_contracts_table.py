@@ -94,3 +94,35 @@ def test_a_foreign_table_has_no_metadata_and_a_rejects_table_is_not_a_prepared_t
     meta = read_table_metadata(lance.dataset(text_table), text_table)
     with pytest.raises(PrepError, match="is a rejects table"):
         read_table_metadata(lance.dataset(meta.rejects_uri), meta.rejects_uri)
+
+
+SOURCE_ENTRIES = [
+    {"uri": "/d/a.jsonl", "key": "a.jsonl", "size": 10, "mtime": "1796290857.7", "stamp": "5578811:1796290857.7",
+     "digest": "sha256:ab", "counts": {"rows_read": 3, "rows_written": 2}, "data_files": ["x.lance"], "reject_files": []},
+    {"uri": "s3://b/in/s0.tar", "key": "b/in/s0.tar", "size": 4, "mtime": "2026-01-01 00:00:00+00:00", "etag": "9e1"},
+    {"uri": "/d/m.csv", "key": "m.csv", "size": 5, "mtime": "1.0", "rows": 7},
+    {"uri": "/d/photos", "files": 245, "bytes": 1234},
+    {"uri": "/d/old.jsonl", "size": 3, "mtime": "2.0"},  # a table made before --append: no id key
+]
+
+
+@pytest.mark.parametrize("raw", SOURCE_ENTRIES)
+def test_a_source_entry_round_trips_through_its_parser(raw):
+    from prep.contracts.source import SourceEntry
+
+    entry = SourceEntry.from_json(raw, "t.lance")
+    assert entry.to_json() == raw and SourceEntry.from_json(entry.to_json(), "t.lance") == entry
+
+
+@pytest.mark.parametrize("raw,message", [
+    ({"size": 3}, "must be an object with a uri"),
+    ({"uri": "/a", "size": -1}, r"entry /a: size=-1 must be an integer >= 0"),
+    ({"uri": "/a", "counts": {"rows_read": "3"}}, r"counts=.* must be an object of integers >= 0"),
+    ({"uri": "/a", "data_files": "x.lance"}, r"data_files='x.lance' must be a list of paths"),
+    ({"uri": "/a", "sizes": 3}, r"sizes=3 must be one of the known fields"),
+])
+def test_a_bad_source_entry_is_one_line_naming_the_table_and_the_field(raw, message):
+    from prep.contracts.source import SourceEntry
+
+    with pytest.raises(PrepError, match=message):
+        SourceEntry.from_json(raw, "t.lance")

@@ -16,6 +16,7 @@ import signal
 import socket
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -172,3 +173,79 @@ def test_a_run_whose_s3_lease_was_taken_over_may_not_commit(s3_bucket):
         lease.check()
     lease.release()
     assert json.loads(storage.filesystem(uri)[0].cat_file(f"{s3_bucket}/o/{LEASE}"))["job"] == "elsewhere-job"  # not removed
+
+
+def _spellings(tmp_path: Path) -> list[tuple[str, str]]:
+    """Pairs of spellings of one local output: ``..``, ``.``, ``//``, a trailing slash, ``file://``, a symlinked folder."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "sub").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    x = str(tmp_path / "real" / "x.lance")
+    return [(x, str(tmp_path / "sub" / ".." / "real" / "x.lance")), (x, str(tmp_path / "real" / "." / "x.lance")),
+            (x, str(tmp_path / "real") + "//x.lance"), (x, x + "/"), (x, "file://" + x), (x, str(tmp_path / "link" / "x.lance"))]
+
+
+def test_two_spellings_of_one_local_output_are_one_lease(tmp_path):
+    """Issue 31, finding 4: the lease was keyed by the path as spelled."""
+    for first, second in _spellings(tmp_path):
+        held = take_lease(first, "first")
+        try:
+            with pytest.raises(LeaseHeld, match="is being written by first"):
+                take_lease(second, "second")
+        finally:
+            held.release()
+
+
+@pytest.mark.s3
+def test_two_spellings_of_one_s3_output_are_one_lease(s3_bucket):
+    """Issue 31, finding 4: two writers on s3://b/x.lance and s3://b/sub/../x.lance both committed."""
+    for second in (f"s3://{s3_bucket}/sub/../x.lance", f"s3://{s3_bucket}//x.lance/", f"s3://{s3_bucket}/./x.lance"):
+        held = take_lease(f"s3://{s3_bucket}/x.lance", "first")
+        try:
+            with pytest.raises(LeaseHeld, match="is being written by first"):
+                take_lease(second, "second")
+        finally:
+            held.release()
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_heartbeat_far_in_the_future_is_not_trusted_and_the_log_says_why(where, tmp_path, request):
+    """Issue 31, finding 10: a forged lease with a heartbeat 28 h ahead blocked every run for 28 h without a word."""
+    bucket = request.getfixturevalue("s3_bucket") if where == "s3" else None
+    uri = f"s3://{bucket}/o" if bucket else str(tmp_path / "o")
+    _forge(uri, time.time() + 60, bucket)  # a clock a minute ahead: trusted, the holder counts
+    with pytest.raises(LeaseHeld, match="elsewhere-job"):
+        take_lease(uri, "me")
+    _forge(uri, time.time() + 28 * 3600, bucket)
+    with _warnings() as got:
+        lease = take_lease(uri, "me")
+    assert any("taking over the lease of elsewhere-job" in w and "28.0 h ahead of this host's clock" in w and "forged" in w
+               for w in got), got
+    lease.release()
+
+
+@pytest.mark.s3
+def test_a_prepare_commit_by_a_run_that_lost_its_lease_commits_nothing(s3_bucket):
+    """Issue 31, finding 4: the lease is checked at each commit point, not only before the commit step."""
+    import pyarrow as pa
+
+    from prep.io import lance_tables
+    from prep.prepare.chunk_runner import ChunkResult
+    from prep.prepare.driver import commit_and_reconcile
+    from prep.prepare.rejects import Reject, rejects_table
+
+    out, rej = f"s3://{s3_bucket}/t.lance", f"s3://{s3_bucket}/t.rejects.lance"
+    opts = storage.lance_storage_options(out)
+    table = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
+    frags = lance_tables.write_fragments(table, out, storage_options=opts)
+    rej_frags = lance_tables.write_fragments(rejects_table([Reject("f", "line 4", "bad")]), rej, storage_options=opts)
+    counts = {"rows_read": 4, "rows_accepted": 3, "rows_rejected": 1, "rows_written": 3, "files_rejected": 0}
+    lease = take_lease(out, "slow", heartbeat_s=3600)
+    _forge(out, time.time(), s3_bucket)  # another run took it over (this one looked dead); no heartbeat noticed it yet
+    try:
+        with pytest.raises(PrepError, match="lost its lease"):
+            commit_and_reconcile([ChunkResult(0, frags, rej_frags, counts, 0.0)], counts, schema=table.schema, metadata={},
+                                 output=out, rejects=rej, s3=None, max_reject_fraction=1.0, leases=[lease])
+    finally:
+        lease.release()
+    assert not lance_tables.table_exists(out, opts) and not lance_tables.table_exists(rej, opts)

@@ -7,6 +7,7 @@ have there, runs the real command, and checks the files byte for byte afterwards
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import lance
@@ -110,3 +111,48 @@ def test_an_s3_error_while_checking_the_output_is_an_error_and_deletes_nothing(s
     err = capsys.readouterr().err
     assert code == 2 and "cannot read the Lance table" in err and proxy.faults["denied"] > 0
     assert sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket)["Contents"]) == keys_before
+
+
+def _gsm_folder(folder: Path, shared_data: Path, rows: int = 50) -> None:
+    folder.mkdir(parents=True)
+    with open(shared_data / "gsm8k" / "train.jsonl") as f:
+        (folder / "a.jsonl").write_text("".join(next(f) for _ in range(rows)))
+
+
+def test_pretokenize_with_its_output_inside_its_input_never_reads_its_own_files(tokenizer_dir, shared_data, tmp_path, capsys):
+    """Issue 31, finding 5: the job read its own lease files as rows (52 = 50 + 2), then --append and --overwrite failed."""
+    src = tmp_path / "d"
+    _gsm_folder(src, shared_data)
+    out = src / "aa.lance"
+    args = ["--input", str(src), "--output", str(out), "--executor", "local"]
+    assert run_cli("pretokenize", *args, tokenizer_dir=tokenizer_dir) == 0
+    err = capsys.readouterr().err
+    assert lance.dataset(out).count_rows() == 50 and lance.dataset(src / "aa.rejects.lance").count_rows() == 0
+    assert err.count("prep's own outputs are never input") == 1 and "aa.lance" in err
+    assert run_cli("pretokenize", *args, "--append", tokenizer_dir=tokenizer_dir) == 0
+    assert "nothing new" in capsys.readouterr().out
+    assert run_cli("pretokenize", *args, "--overwrite", tokenizer_dir=tokenizer_dir) == 0
+    assert lance.dataset(out).count_rows() == 50
+
+
+def test_decode_images_with_its_output_inside_its_input_keeps_its_classes(tmp_path, capsys):
+    """Issue 31, finding 5: the job's lease files became 2 rejects and 2 extra classes, shifting every label."""
+    from test_append_images import photo
+
+    src = tmp_path / "d"
+    photo(src / "ants" / "a.png", 10)
+    photo(src / "bees" / "b.png", 20)
+    out = src / "aa.lance"
+    assert cli_main(["decode-images", "--input", str(src), "--output", str(out), "--executor", "local", "--size", "4"]) == 0
+    assert "prep's own outputs are never input" in capsys.readouterr().err
+    meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
+    assert meta["labels"] == ["ants", "bees"] and meta["counts"]["rows_rejected"] == 0 and lance.dataset(out).count_rows() == 2
+    assert cli_main(["decode-images", "--input", str(src), "--output", str(out), "--executor", "local", "--size", "4", "--append"]) == 0
+
+
+def test_a_folder_prep_wrote_given_as_input_is_refused_naming_it(tokenizer_dir, shared_data, tmp_path, capsys):
+    src = tmp_path / "d"
+    _gsm_folder(src, shared_data)
+    assert run_cli("pretokenize", "--input", str(src / "a.jsonl"), "--output", str(tmp_path / "t.lance"), tokenizer_dir=tokenizer_dir) == 0
+    assert run_cli("pretokenize", "--input", str(tmp_path / "t.lance"), "--output", str(tmp_path / "u.lance"), tokenizer_dir=tokenizer_dir) == 2
+    assert "is a folder prep wrote" in capsys.readouterr().err

@@ -24,6 +24,9 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
                      "(a file it holds that changed since is refused)")
     how.add_argument("--update", action="store_true", default=None,
                      help="as --append, and replace the rows of files that changed since (deleted and added in one commit)")
+    parser.add_argument("--remove-missing", action="store_true", default=None,
+                        help="with --append/--update: remove the rows of files the table holds that are no longer among the "
+                        "inputs (otherwise they stay, and the summary names them)")
     parser.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else run on this machine without Ray)")
     parser.add_argument("--ray-resources", type=parse_resources,
                         help='custom Ray resources each task asks for, as JSON, e.g. \'{"cpu_pool": 1}\' (pins tasks to nodes offering them)')
@@ -44,6 +47,6 @@ def require_without_config(args: argparse.Namespace, flags: list[str]) -> None:
 def job_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The shared flags as keyword arguments of :mod:`prep.prepare.api` (None: keep the config's value)."""
     return {"config": args.config, "input": args.input, "output": args.output, "overwrite": args.overwrite,
-            "append": args.append, "update": args.update,
+            "append": args.append, "update": args.update, "remove_missing": args.remove_missing,
             "executor": args.executor, "ray_address": args.ray_address, "ray_resources": args.ray_resources,
             "max_reject_fraction": args.max_reject_fraction}

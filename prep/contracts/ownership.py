@@ -7,8 +7,16 @@ process, SIGKILL included); on ``s3://`` it is created with ``If-None-Match: *``
 fresh by a heartbeat thread that rewrites it every :data:`HEARTBEAT_S` with ``If-Match``.
 A second run fails at once, naming the holder. A lease whose holder is dead (its pid gone
 on the same host, or no heartbeat for :data:`STALE_S`) is taken over (a conditional
-replace, so one taker wins), and the log says so. Locally the heartbeat is kept too, so a
-filesystem whose ``flock`` does not reach other hosts cannot give the lease twice.
+replace, so one taker wins), and the log says so. A heartbeat more than :data:`MAX_SKEW_S`
+ahead of this host's clock is not trusted (a clock that far off, or a forged record, would
+otherwise hold the output for as long as it is ahead): the lease is taken over, and the
+log says why. Locally the heartbeat is kept too, so a filesystem whose ``flock`` does not
+reach other hosts cannot give the lease twice.
+
+**One lease per location.** The lease is keyed by :func:`lease_location`, the one spelling
+of the output: ``..``, ``.``, ``//`` and a trailing slash resolved, ``file://`` dropped, a
+local path's symlinks followed. Two spellings of one table (``s3://b/x.lance`` and
+``s3://b/sub/../x.lance``, which Lance opens as the same table) are one lease.
 
 **Marker and claim.** A job may write only where nothing is, where an empty folder is, or
 where prep wrote before. It proves the last case with a marker (:data:`JOB_MARKER` for
@@ -37,6 +45,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 import socket
 import threading
 import time
@@ -53,8 +62,8 @@ from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = ["LEASE", "JOB_MARKER", "CACHE_MARKER", "MARKER", "HEARTBEAT_S", "STALE_S", "Holder", "LeaseHeld", "Lease",
-           "take_lease", "hold", "OutputClaim", "entries", "inspect_output", "claim_outputs", "write_marker",
+__all__ = ["LEASE", "JOB_MARKER", "CACHE_MARKER", "MARKER", "HEARTBEAT_S", "STALE_S", "MAX_SKEW_S", "Holder", "LeaseHeld", "Lease",
+           "lease_location", "take_lease", "hold", "OutputClaim", "entries", "inspect_output", "claim_outputs", "write_marker",
            "remove_owned"]
 
 log = logging.getLogger(__name__)
@@ -65,6 +74,7 @@ CACHE_MARKER = "_prep_cache.json"
 MARKER = JOB_MARKER
 HEARTBEAT_S = 10.0  # how often a holder refreshes its lease
 STALE_S = 120.0  # a lease not refreshed for this long belongs to a dead (or cut-off) holder
+MAX_SKEW_S = STALE_S  # a heartbeat further ahead of this host's clock is not trusted
 _RECORD_BYTES = 1024  # local records are written padded, in one pwrite, so a reader never sees half of one
 # Lance's own folders, and the file indexes a prepare step writes beside them (prep.contracts.file_index).
 _LANCE_ENTRIES = {"data", "_versions", "_transactions", "_indices", "_deletions", "_refs", INDEX_DIR}
@@ -89,10 +99,19 @@ class Holder:
         return f"{self.job} (host {self.host}, pid {self.pid}, started {self.started})"
 
     def alive(self, stale_after: float) -> bool:
-        """Whether the holder still runs: its pid on this host, else a heartbeat within ``stale_after``."""
+        """Whether the holder still runs: its pid on this host, else a heartbeat within ``stale_after``
+        (and no more than :data:`MAX_SKEW_S` ahead of this host's clock)."""
+        return not self.gone_because(stale_after)
+
+    def gone_because(self, stale_after: float) -> str:
+        """Why the holder counts as gone ("" while it runs): the words the takeover's log line uses."""
         if self.host == socket.gethostname():
-            return _pid_alive(self.pid, self.pid_start)
-        return time.time() - self.heartbeat < stale_after
+            return "" if _pid_alive(self.pid, self.pid_start) else "no live process"
+        age = time.time() - self.heartbeat
+        if age < -MAX_SKEW_S:
+            return (f"its heartbeat is {-age / 3600:.1f} h ahead of this host's clock, more than the {MAX_SKEW_S:.0f}s "
+                    "of clock skew trusted: a clock that far off or a forged record")
+        return f"no heartbeat for {age:.0f}s" if age >= stale_after else ""
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -183,6 +202,7 @@ def take_lease(uri: str, job: str, s3: storage.S3Options | None = None, *, stale
     """
     me = Holder.me(job)
     storage.scheme(uri)  # an unknown scheme is the one error, before anything else is said about the output
+    uri = lease_location(uri)
     if uri.startswith("s3://"):
         slot: _Slot = _S3Slot(uri, (s3 or storage.S3Options()).resolved())
     elif storage.is_remote(uri):
@@ -192,9 +212,27 @@ def take_lease(uri: str, job: str, s3: storage.S3Options | None = None, *, stale
         slot = _LocalSlot(storage.fs_path(uri))
     previous = slot.take(me, stale_after)
     if previous is not None:
-        log.warning("%s: taking over the lease of %s, which is gone (no live process, no heartbeat for %.0fs)",
-                    uri, previous.describe(), stale_after)
+        log.warning("%s: taking over the lease of %s, which is gone (%s)", uri, previous.describe(),
+                    previous.gone_because(stale_after) or f"no live process, no heartbeat for {stale_after:.0f}s")
     return Lease(uri, slot, me, heartbeat_s)
+
+
+def lease_location(uri: str) -> str:
+    """The one spelling of an output location that its lease is keyed by: ``file://`` dropped, a local
+    path absolute with its symlinks, ``.``, ``..``, ``//`` and a trailing slash resolved; on object
+    stores the key normalized the same way (never above the bucket).
+
+    >>> lease_location("s3://b/sub/../x.lance/"), lease_location("s3://b//./x.lance"), lease_location("file:///d/./x//y/")
+    ('s3://b/x.lance', 's3://b/x.lance', '/d/x/y')
+    """
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    if "://" not in uri:
+        return os.path.realpath(os.path.expanduser(uri))
+    scheme, rest = uri.split("://", 1)
+    bucket, _, key = rest.partition("/")
+    key = posixpath.normpath("/" + re.sub("/+", "/", key)).lstrip("/")  # rooted: ".." cannot climb above the bucket
+    return f"{scheme}://{bucket}/{key}" if key else f"{scheme}://{bucket}"
 
 
 @contextmanager
@@ -202,7 +240,7 @@ def hold(uris: Sequence[str], job: str, s3: storage.S3Options | None = None) -> 
     """Holds the leases on every path in ``uris`` for the block (all or none); checks none was lost at the end."""
     with ExitStack() as stack:
         leases = []
-        for uri in dict.fromkeys(uris):
+        for uri in dict.fromkeys(lease_location(u) for u in uris):
             lease = take_lease(uri, job, s3)
             stack.callback(lease.release)
             leases.append(lease)

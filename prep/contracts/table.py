@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Mapping, get_args
 
+from prep.contracts.source import SourceEntry
 from prep.errors import PrepError
 
 __all__ = ["METADATA_KEY", "TABLE_FORMAT", "Kind", "KINDS", "TEXT_KINDS", "TokenizerInfo", "ImageInfo", "read_table_metadata",
@@ -123,8 +124,10 @@ class Step:
         version: the table version the step committed (None: a table written before steps were recorded).
         added: the input files it prepared for the first time (empty when ``file_index`` lists them).
         replaced: the files whose rows it replaced (``--update``: they had changed; empty when ``file_index`` lists them).
-        files_added, files_replaced: how many files it added and replaced (``len(added)``, ``len(replaced)``
-            unless ``file_index`` lists them).
+        removed: the held files whose rows it removed with no file of that URI in their place (moved to
+            another name, or gone from the inputs with ``--remove-missing``; empty when ``file_index`` lists them).
+        files_added, files_replaced, files_removed: how many files it added, replaced and removed (``len(added)``,
+            ``len(replaced)``, ``len(removed)`` unless ``file_index`` lists them).
         rows_added, rows_removed: table rows it committed and deleted.
         tokens_added, tokens_removed: their tokens (text tables; 0 for images).
         rejects_version: the version of the rejects table committed with it (None: not recorded).
@@ -135,6 +138,7 @@ class Step:
     version: int | None
     added: tuple[str, ...] = ()
     replaced: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
     rows_added: int = 0
     rows_removed: int = 0
     tokens_added: int = 0
@@ -142,10 +146,11 @@ class Step:
     rejects_version: int | None = None
     files_added: int | None = None
     files_replaced: int | None = None
+    files_removed: int | None = None
     file_index: str | None = None
 
     def __post_init__(self) -> None:
-        for name, listed in (("files_added", self.added), ("files_replaced", self.replaced)):
+        for name, listed in (("files_added", self.added), ("files_replaced", self.replaced), ("files_removed", self.removed)):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, len(listed))
 
@@ -153,7 +158,7 @@ class Step:
     def from_json(cls, raw: Any, where: str) -> Step:
         if not isinstance(raw, Mapping):
             raise _fail(where, f"history entry {raw!r} must be an object")
-        files = {k: raw.get(k) or [] for k in ("added", "replaced")}
+        files = {k: raw.get(k) or [] for k in ("added", "replaced", "removed")}
         for k, v in files.items():
             if not isinstance(v, list) or not all(isinstance(u, str) for u in v):
                 raise _fail(where, f"history.{k}={v!r} must be a list of URIs")
@@ -161,10 +166,10 @@ class Step:
         if index is not None and not isinstance(index, str):
             raise _fail(where, f"history.file_index={index!r} must be a path")
         return cls(version=_int(where, "history.version", raw.get("version"), low=1, optional=True),
-                   added=tuple(files["added"]), replaced=tuple(files["replaced"]),
+                   added=tuple(files["added"]), replaced=tuple(files["replaced"]), removed=tuple(files["removed"]),
                    **{k: _int(where, f"history.{k}", raw.get(k, 0)) for k in ("rows_added", "rows_removed", "tokens_added", "tokens_removed")},
                    rejects_version=_int(where, "history.rejects_version", raw.get("rejects_version"), low=1, optional=True),
-                   **{k: _int(where, f"history.{k}", raw.get(k), optional=True) for k in ("files_added", "files_replaced")},
+                   **{k: _int(where, f"history.{k}", raw.get(k), optional=True) for k in ("files_added", "files_replaced", "files_removed")},
                    file_index=index)
 
     def describe(self) -> str:
@@ -181,6 +186,7 @@ class Step:
 
         parts = [f"+{files(self.files_added or 0, self.added)}"] if self.files_added else []
         parts += [f"replaced {files(self.files_replaced or 0, self.replaced)}"] if self.files_replaced else []
+        parts += [f"removed {files(self.files_removed or 0, self.removed)}"] if self.files_removed else []
         parts += [f"+{self.rows_added:,} rows"] + ([f"-{self.rows_removed:,} rows"] if self.rows_removed else [])
         if self.tokens_added or self.tokens_removed:
             parts += [f"+{self.tokens_added:,} tokens"] + ([f"-{self.tokens_removed:,} tokens"] if self.tokens_removed else [])
@@ -188,10 +194,11 @@ class Step:
         return f"version {self.version if self.version is not None else '?'}: " + ", ".join(parts) + where
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "added": list(self.added), "replaced": list(self.replaced),
+        return {"version": self.version, "added": list(self.added), "replaced": list(self.replaced), "removed": list(self.removed),
                 "rows_added": self.rows_added, "rows_removed": self.rows_removed, "tokens_added": self.tokens_added,
                 "tokens_removed": self.tokens_removed, "rejects_version": self.rejects_version,
-                "files_added": self.files_added, "files_replaced": self.files_replaced, "file_index": self.file_index}
+                "files_added": self.files_added, "files_replaced": self.files_replaced, "files_removed": self.files_removed,
+                "file_index": self.file_index}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,7 +209,7 @@ class TableMetadata:
         kind: ``sft``, ``pretrain``, ``packed`` (text) or ``images``.
         prep_version: the prep that wrote it.
         config: the resolved job config (secrets left out); ``config_hash`` its hash.
-        sources: provenance of every input (uri, size, mtime).
+        sources: provenance of every input (:class:`~prep.contracts.source.SourceEntry`).
         counts: rows read/written/rejected, tokens... as counted by the job.
         rejects_uri: where its rejects table is.
         tokenizer: text tables: the tokenizer's identity and special ids.
@@ -219,7 +226,7 @@ class TableMetadata:
     prep_version: str
     config: Mapping[str, Any] = field(default_factory=dict)
     config_hash: str = ""
-    sources: tuple[Mapping[str, Any], ...] = ()
+    sources: tuple[SourceEntry, ...] = ()
     counts: Mapping[str, int] = field(default_factory=dict)
     rejects_uri: str = ""
     tokenizer: TokenizerInfo | None = None
@@ -262,9 +269,10 @@ class TableMetadata:
         if not isinstance(counts, Mapping):
             raise _fail(where, f"counts={counts!r} must be an object")
         counts = {str(k): _int(where, f"counts.{k}", v) for k, v in counts.items() if not isinstance(v, Mapping)}
-        sources = raw.get("sources") or []
-        if not isinstance(sources, list) or not all(isinstance(s, Mapping) for s in sources):
+        listed = raw.get("sources") or []
+        if not isinstance(listed, list):
             raise _fail(where, "sources must be a list of objects")
+        sources = tuple(SourceEntry.from_json(s, where) for s in listed)
         inferred = raw.get("inferred")
         if inferred is not None and not isinstance(inferred, str):
             raise _fail(where, f"inferred={inferred!r} must be a sentence")
@@ -282,14 +290,14 @@ class TableMetadata:
         if inferred is not None and history == []:  # a table prep did not write: no steps are known
             steps: tuple[Step, ...] = ()
         elif history is None:  # written before steps were recorded: one step made all of it
-            steps = (Step(version=None, added=tuple(str(s.get("uri", "")) for s in sources),
+            steps = (Step(version=None, added=tuple(s.uri for s in sources),
                           rows_added=counts.get("rows_written", 0), tokens_added=counts.get("tokens", 0)),)
         elif isinstance(history, list) and history:
             steps = tuple(Step.from_json(h, where) for h in history)
         else:
             raise _fail(where, f"history={history!r} must be a non-empty list of steps")
         return cls(kind=kind, prep_version=str(raw.get("prep_version", "?")), config=config,
-                   config_hash=str(raw.get("config_hash", "")), sources=tuple(sources), counts=counts,
+                   config_hash=str(raw.get("config_hash", "")), sources=sources, counts=counts,
                    rejects_uri=str(raw.get("rejects_uri", "")), tokenizer=tokenizer, seq_len=seq_len, image=image,
                    history=steps, extra={k: v for k, v in raw.items() if k not in _FIELDS}, inferred=inferred)
 
@@ -298,7 +306,7 @@ class TableMetadata:
         return {
             **self.extra,
             "format": self.format, "prep_version": self.prep_version, "kind": self.kind,
-            "config": dict(self.config), "config_hash": self.config_hash, "sources": [dict(s) for s in self.sources],
+            "config": dict(self.config), "config_hash": self.config_hash, "sources": [s.to_json() for s in self.sources],
             "counts": dict(self.counts), "rejects_uri": self.rejects_uri,
             "tokenizer": self.tokenizer.to_json() if self.tokenizer else None, "seq_len": self.seq_len,
             "image": self.image.to_json() if self.image else None,

@@ -65,10 +65,15 @@ def write_fragments(
     *,
     storage_options: dict[str, str] | None = None,
     max_rows_per_file: int = 1 << 20,
+    fresh: bool = False,
 ) -> list[FragmentMetadata]:
-    """Writes data files for ``table`` under ``uri`` without committing them."""
+    """Writes data files for ``table`` under ``uri`` without committing them.
+
+    ``fresh``: the fragments start a new table (a first run or an ``--overwrite``), so they are not
+    checked against the schema of a table already at ``uri``, which the commit replaces whatever it holds.
+    """
     return lance.fragment.write_fragments(
-        table, uri, max_rows_per_file=max_rows_per_file, storage_options=storage_options
+        table, uri, mode="overwrite" if fresh else "append", max_rows_per_file=max_rows_per_file, storage_options=storage_options
     )
 
 

@@ -16,11 +16,11 @@ __all__ = ["pretokenize", "decode_images"]
 
 
 def _job_keys(*, input: str | list[str] | None, output: str | None, overwrite: bool | None, append: bool | None,
-              update: bool | None, executor: str | None, ray_address: str | None, ray_resources: dict[str, float] | None,
+              update: bool | None, remove_missing: bool | None, executor: str | None, ray_address: str | None, ray_resources: dict[str, float] | None,
               max_reject_fraction: float | None) -> dict[str, Any]:
     """The config keys behind the flags every prepare command has (None: keep the config's value)."""
     ray = {k: v for k, v in (("address", ray_address), ("resources", ray_resources)) if v}
-    return {"input": input, "output": output, "overwrite": overwrite, "append": append, "update": update,
+    return {"input": input, "output": output, "overwrite": overwrite, "append": append, "update": update, "remove_missing": remove_missing,
             "executor": executor, "ray": ray or None, "max_reject_fraction": max_reject_fraction}
 
 
@@ -38,6 +38,7 @@ def pretokenize(
     overwrite: bool | None = None,
     append: bool | None = None,
     update: bool | None = None,
+    remove_missing: bool | None = None,
     executor: str | None = None,
     ray_address: str | None = None,
     ray_resources: dict[str, float] | None = None,
@@ -62,7 +63,8 @@ def pretokenize(
         overwrite: replace a table prep wrote at ``output``.
         append: add the input files the table at ``output`` does not hold yet, as one new version
             (docs/guide.md, "Growing a table"); exclusive with ``overwrite``.
-        update: as ``append``, and replace the rows of files that changed since.
+        update: as ``append``, and replace the rows of files that changed since (or moved: made anew under the new name).
+        remove_missing: with ``append``/``update``, remove the rows of held files no longer among the inputs.
         executor: ``"auto"`` (default), ``"ray"`` or ``"local"``.
         ray_address: Ray cluster to join (default ``RAY_ADDRESS``).
         ray_resources: custom Ray resources each task asks for.
@@ -86,7 +88,7 @@ def pretokenize(
 
     sft = {"messages_column": messages_column} if messages_column else None
     named = dict(tokenizer=tokenizer, format=format, text_column=text_column, sft=sft, max_length=max_length,
-                 overlong=overlong, **_job_keys(input=input, output=output, overwrite=overwrite, append=append, update=update, executor=executor,
+                 overlong=overlong, **_job_keys(input=input, output=output, overwrite=overwrite, append=append, update=update, remove_missing=remove_missing, executor=executor,
                                                 ray_address=ray_address, ray_resources=ray_resources,
                                                 max_reject_fraction=max_reject_fraction))
     cfg = load_config(PretokenizeConfig, config, **merge(keys, named))
@@ -103,6 +105,7 @@ def decode_images(
     overwrite: bool | None = None,
     append: bool | None = None,
     update: bool | None = None,
+    remove_missing: bool | None = None,
     executor: str | None = None,
     ray_address: str | None = None,
     ray_resources: dict[str, float] | None = None,
@@ -120,7 +123,7 @@ def decode_images(
         output: the Lance table to write.
         source: ``"auto"`` (default), ``"imagefolder"``, ``"manifest"``, ``"webdataset"`` or ``"parquet"``.
         size: output side (square) or ``(height, width)`` (default 224).
-        overwrite, append, update, executor, ray_address, ray_resources, max_reject_fraction: as for :func:`pretokenize`.
+        overwrite, append, update, remove_missing, executor, ray_address, ray_resources, max_reject_fraction: as for :func:`pretokenize`.
         **keys: any other key of :class:`prep.prepare.images.config.ImagesConfig`.
 
     Returns:
@@ -134,7 +137,7 @@ def decode_images(
     from prep.prepare.images.job import run_decode_images
 
     named = dict(source=source, size=size, **_job_keys(input=input, output=output, overwrite=overwrite, append=append,
-                                                       update=update, executor=executor, ray_address=ray_address,
+                                                       update=update, remove_missing=remove_missing, executor=executor, ray_address=ray_address,
                                                        ray_resources=ray_resources,
                                                        max_reject_fraction=max_reject_fraction))
     cfg = load_config(ImagesConfig, config, **merge(keys, named))

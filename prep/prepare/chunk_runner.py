@@ -73,6 +73,7 @@ def _run_chunk(
     rejects_uri: str,
     storage_options: dict[str, str] | None,
     max_rows_per_file: int,
+    fresh: bool,
 ) -> tuple[bytes | None, str | None]:
     """One chunk, inside the sandbox: ``(pickled ChunkResult, None)`` or ``(None, error)``.
 
@@ -94,14 +95,14 @@ def _run_chunk(
             return None, None
         try:
             frags = lance_tables.write_fragments(
-                table, output_uri, storage_options=storage_options, max_rows_per_file=max_rows_per_file
+                table, output_uri, storage_options=storage_options, max_rows_per_file=max_rows_per_file, fresh=fresh
             ) if isinstance(table, pa.RecordBatchReader) or table.num_rows else []
         except Exception:
             if raised:  # the worker's own error, which the writer re-raises wrapped in its own words and traceback
                 raise raised[0] from None
             raise
         rej = lance_tables.write_fragments(
-            rejects_table(out.rejects), rejects_uri, storage_options=storage_options
+            rejects_table(out.rejects), rejects_uri, storage_options=storage_options, fresh=fresh
         ) if out.rejects else []
         out.counts["rejects_written"] += len(out.rejects)
         return pickle.dumps(ChunkResult(index, frags, rej, out.counts, time.perf_counter() - t0)), None
@@ -192,6 +193,7 @@ def run_chunks(
     local_workers: int | None = None,
     on_result: Callable[[ChunkResult], None] | None = None,
     resources: dict[str, float] | None = None,
+    fresh: bool = True,
 ) -> list[ChunkResult]:
     """Runs ``worker`` on every chunk; returns results in chunk order.
 
@@ -202,13 +204,14 @@ def run_chunks(
     crash or hang the worker become rejects within ``limits``, and Ray retries a task at
     most ``limits.max_task_retries`` times.
     ``on_result`` sees each chunk's result as it arrives (the driver's progress bar).
+    ``fresh``: the fragments make a new table (not an append), whatever schema the one at ``output_uri`` has.
 
     Raises:
         PrepError: a chunk cannot finish, or a Ray task kept failing; one line saying which.
     """
     items = [(i, pickle.dumps(c)) for i, c in enumerate(chunks)]
     kwargs = dict(worker=_pickled(worker, executor), output_uri=output_uri, rejects_uri=rejects_uri, storage_options=storage_options,
-                  max_rows_per_file=max_rows_per_file)
+                  max_rows_per_file=max_rows_per_file, fresh=fresh)
     hooks = hooks_from_env()
     arrived = on_result or (lambda result: None)
     if executor == "local":

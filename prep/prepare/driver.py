@@ -36,7 +36,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -44,6 +44,7 @@ import prep
 from prep.io import lance_tables
 from prep.io import storage
 from prep.contracts.file_index import drop_unreferenced, write_index
+from prep.contracts.source import SourceEntry
 from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, Step, TableMetadata, read_metadata
 from prep.runtime.config import JobConfig, config_hash
 from prep.errors import PrepError
@@ -79,15 +80,21 @@ class ChunkPlan:
         file_index: the identity of every file this run reads, when ``sources`` records folders of
             them (image folders: one file per row, too many for the metadata): the driver writes
             them as the step's file index (:mod:`prep.contracts.file_index`); ``replaced`` among them.
+        removed: held files whose rows this run removes with no file of that URI in their place (moved
+            to a listed file, or gone from the inputs with ``remove_missing``); ``moved`` the
+            ``(was, now)`` pairs among them; ``missing``: held files not listed now, whose rows stay.
     """
 
     chunks: list[Any]
-    sources: list[dict[str, Any]]
+    sources: list[SourceEntry]
     details: dict[str, Any] = field(default_factory=dict)
     chunk_sources: list[str] | None = None
     replaced: list[str] = field(default_factory=list)
     unchanged: int = 0
-    file_index: list[dict[str, Any]] | None = None
+    file_index: list[SourceEntry] | None = None
+    removed: list[str] = field(default_factory=list)
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
 
 
 class PrepareJob(Protocol):
@@ -139,9 +146,9 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     plan = job.plan(s3, prior)  # inputs first: a typo in --input never reaches the output
     if prior is not None:
         prior.check_made_like(cfg, job.metadata(plan, {}))
-        if not plan.sources:
+        if not plan.sources and not plan.removed:
             return _nothing_new(job, prior, plan, t0)
-    growth = Growth.of(prior, plan.replaced, cfg.rejects_uri) if prior is not None else None
+    growth = Growth.of(prior, plan.replaced + plan.removed, cfg.rejects_uri) if prior is not None else None
     orphan = rejects_without_table(cfg.output, cfg.rejects_uri, s3)
     claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite or orphan or prior is not None, s3=s3)
     faults.maybe_raise("commit", "claimed")
@@ -153,7 +160,7 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         results = run_chunks(plan.chunks, faults.Armed(job.worker(plan, s3), spec), output_uri=_absolute(cfg.output),
                              rejects_uri=_absolute(cfg.rejects_uri),
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
-                             on_result=_advance(bar, t_run), resources=cfg.ray.resources)
+                             on_result=_advance(bar, t_run), resources=cfg.ray.resources, fresh=growth is None)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
     sources = _with_rows(plan, results)
     totals = growth.totals(counts) if growth else counts
@@ -163,16 +170,15 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         "prep_version": prep.__version__,
         "config": cfg.model_dump(mode="json", exclude={"s3"}),
         "config_hash": config_hash(cfg),
-        "sources": (growth.kept_sources(sources) if growth else []) + sources,
+        "sources": [s.to_json() for s in (growth.kept_sources(sources) if growth else []) + sources],
         "counts": totals,
         "rejects_uri": cfg.rejects_uri,
         "history": [h.to_json() for h in ((prior.metadata.history if prior else ()) + (step,))],
         **job.metadata(plan, totals),
     }, cfg.output)  # the parser that readers use checks what is written, too
-    for lease in leases:
-        lease.check()  # a run that lost its lease (it looked dead) commits nothing
     metadata = commit_and_reconcile(results, counts, schema=job.schema(), metadata=metadata, output=cfg.output,
-                         rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction, growth=growth)
+                         rejects=cfg.rejects_uri, s3=s3, max_reject_fraction=cfg.max_reject_fraction, growth=growth,
+                         leases=leases)
     drop_unreferenced(cfg.output, [h.file_index for h in metadata.history if h.file_index], s3)  # a killed step's, a replaced table's
     if cfg.overwrite or orphan:
         drop_old_versions(cfg, s3)
@@ -204,7 +210,8 @@ def _common_summary(job: PrepareJob, plan: ChunkPlan, metadata: TableMetadata, e
         "sources": len(plan.sources),
         "step": {"version": step.version if step else None, "added": step.files_added if step else 0,
                  "replaced": step.files_replaced if step else 0, "unchanged": plan.unchanged,
-                 "rows_added": step.rows_added if step else 0, "rows_removed": step.rows_removed if step else 0},
+                 "rows_added": step.rows_added if step else 0, "rows_removed": step.rows_removed if step else 0,
+                 "removed": len(plan.removed), "moved": [list(m) for m in plan.moved], "missing": list(plan.missing)},
         "history": [h.to_json() for h in metadata.history],
     }
 
@@ -231,26 +238,27 @@ def _step(plan: ChunkPlan, counts: dict[str, int], growth: Growth | None, versio
     made = dict(version=version, rows_added=counts["rows_written"], tokens_added=counts.get("tokens", 0),
                 rows_removed=removed.get("rows_written", 0), tokens_removed=removed.get("tokens", 0))
     if plan.file_index is None:
-        return Step(added=tuple(s["uri"] for s in plan.sources if s["uri"] not in plan.replaced), replaced=tuple(plan.replaced), **made)
-    return Step(files_added=len(plan.file_index) - len(plan.replaced), files_replaced=len(plan.replaced),
-                file_index=write_index(output, version, plan.file_index, s3), **made)
+        return Step(added=tuple(s.uri for s in plan.sources if s.uri not in plan.replaced), replaced=tuple(plan.replaced),
+                    removed=tuple(plan.removed), **made)
+    return Step(files_added=len(plan.file_index) - len(plan.replaced), files_replaced=len(plan.replaced), files_removed=len(plan.removed),
+                file_index=write_index(output, version, plan.file_index, s3, plan.removed), **made)
 
 
-def _with_rows(plan: ChunkPlan, results: list[ChunkResult]) -> list[dict[str, Any]]:
+def _with_rows(plan: ChunkPlan, results: list[ChunkResult]) -> list[SourceEntry]:
     """``plan.sources``, each with the counts and the data files of its rows and of its rejects
     when chunks do not mix files."""
     if plan.chunk_sources is None:
         return list(plan.sources)
-    counts: dict[str, Counter] = {s["uri"]: Counter() for s in plan.sources}
-    files: dict[str, list[str]] = {s["uri"]: [] for s in plan.sources}
-    rejects: dict[str, list[str]] = {s["uri"]: [] for s in plan.sources}
+    counts: dict[str, Counter] = {s.uri: Counter() for s in plan.sources}
+    files: dict[str, list[str]] = {s.uri: [] for s in plan.sources}
+    rejects: dict[str, list[str]] = {s.uri: [] for s in plan.sources}
     for r in results:
         uri = plan.chunk_sources[r.index]
         counts[uri].update(r.counts)
         files[uri] += [d.path for f in r.fragments for d in f.files]
         rejects[uri] += [d.path for f in r.reject_fragments for d in f.files]
-    return [{**s, "counts": {k: int(v) for k, v in sorted(counts[s["uri"]].items())}, "data_files": files[s["uri"]],
-             "reject_files": rejects[s["uri"]]} for s in plan.sources]
+    return [dataclasses.replace(s, counts={k: int(v) for k, v in sorted(counts[s.uri].items())}, data_files=tuple(files[s.uri]),
+                                reject_files=tuple(rejects[s.uri])) for s in plan.sources]
 
 
 def _next_version(uri: str, opts: dict[str, str] | None) -> int:
@@ -327,6 +335,7 @@ def commit_and_reconcile(
     s3: storage.S3Options,
     max_reject_fraction: float,
     growth: Growth | None = None,
+    leases: Sequence[Lease] = (),
 ) -> TableMetadata:
     """Commits the rejects, checks every count against its other side and the reject
     budget, then commits the table; returns ``metadata`` as committed (its last step
@@ -338,6 +347,10 @@ def commit_and_reconcile(
     table's last step names, and the step's counts are checked on the rows it added,
     the whole table's on the totals in ``metadata``.
 
+    Every count is checked before the table commit, so an error never follows a committed table version.
+    Each of ``leases`` is checked right before each commit: a run that lost one (it looked dead and another
+    run took the output over) commits nothing more.
+
     Raises:
         TooManyRejects: over the budget, or every row rejected; the rejects stay committed.
         PrepError: a mismatch, naming both numbers; no new table version is committed.
@@ -345,6 +358,7 @@ def commit_and_reconcile(
     rejects_opts, output_opts = storage.lance_storage_options(rejects, s3), storage.lance_storage_options(output, s3)
     reject_fragments = [f for r in results for f in r.reject_fragments]
     base = rejects_base(growth.prior if growth else None, rejects, rejects_opts)
+    _check_leases(leases)
     if base is None:
         rej = lance_tables.commit_table(rejects, REJECTS_SCHEMA, reject_fragments, metadata=RejectsMetadata(of=output), storage_options=rejects_opts)
         had_rows = had_files = 0
@@ -364,29 +378,46 @@ def commit_and_reconcile(
     _check("rows the workers rejected", counts["rows_rejected"], f"rows in {rejects}", rejected_rows)
     _check("files the workers rejected", counts["files_rejected"], f"files in {rejects}", rejected_files)
     _check("rows the workers wrote", counts["rows_written"], "rows in the written fragments", in_fragments)
-    check_budget(counts["rows_read"], rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
+    if results or growth is None:  # a step that only removes rows (moved or missing files) reads nothing
+        check_budget(counts["rows_read"], rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
+    _check_leases(leases)
     if growth is None:
         metadata = _stamped(metadata, rej.version)
         table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
         faults.maybe_raise("commit", "table")
-        _check("rows in the written fragments", in_fragments, f"rows committed to {output}", table.count_rows())
+        _after_commit(output, in_fragments, table.count_rows())
         return metadata
     base_table = growth.prior.dataset
     gone = growth.removed_data_files()
     kept = without_sources([f for f in base_table.get_fragments() if not gone & {d.path for d in f.metadata.files}], growth.by_rows)
-    removed_rows = base_table.count_rows() - sum(f.physical_rows - (f.deletion_file.num_deleted_rows if f.deletion_file else 0) for f in kept)
-    _check("rows the replaced files gave (recorded or counted)", int(growth.removed.get("rows_written", 0)), "rows removed from the table", removed_rows)
+    kept_rows = sum(f.physical_rows - (f.deletion_file.num_deleted_rows if f.deletion_file else 0) for f in kept)
+    _check("rows the replaced files gave (recorded or counted)", int(growth.removed.get("rows_written", 0)), "rows removed from the table",
+           base_table.count_rows() - kept_rows)
     _check("rejected rows the replaced files gave (recorded)", int(growth.removed.get("rows_rejected", 0)), f"their rows in {rejects}",
            reject_counts(base.get_fragments(), ())[0] - had_rows if base is not None else 0)
+    _check("rows the table's counts say", metadata.counts.get("rows_written", 0), "rows kept + rows written", kept_rows + in_fragments)
+    _check("rejected rows the table's counts say", metadata.counts.get("rows_rejected", 0), f"rows in {rejects}",
+           rej.count_rows(filter="position != 'file'"))
+    _check_leases(leases)
     table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=lambda v: _stamped(metadata, rej.version, v),
                                       storage_options=output_opts)
     faults.maybe_raise("commit", "table")
-    metadata = _stamped(metadata, rej.version, table.version)
-    _check("rows in the written fragments", in_fragments, f"rows {output} gained", table.count_rows() - base_table.count_rows() + removed_rows)
-    _check("rows the table's counts say", metadata.counts.get("rows_written", 0), f"rows committed to {output}", table.count_rows())
-    _check("rejected rows the table's counts say", metadata.counts.get("rows_rejected", 0), f"rows in {rejects}",
-           rej.count_rows(filter="position != 'file'"))
-    return metadata
+    _after_commit(output, kept_rows + in_fragments, table.count_rows())
+    return _stamped(metadata, rej.version, table.version)
+
+
+def _check_leases(leases: Sequence[Lease]) -> None:
+    """Raises unless this run still holds every lease (refreshed now): the last word before a commit."""
+    for lease in leases:
+        lease.check()
+
+
+def _after_commit(output: str, expected: int, committed: int) -> None:
+    """Every count is checked before the table commit; after it, a difference is a warning: the version is committed, so
+    an error exit would tell the caller the opposite of what happened."""
+    if expected != committed:
+        log.warning("%s: committed with %d rows where its fragments hold %d; the version stands: check it with prep verify, "
+                    "please report this", output, committed, expected)
 
 
 def _stamped(metadata: TableMetadata, rejects_version: int, version: int | None = None) -> TableMetadata:

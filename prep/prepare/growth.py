@@ -23,17 +23,18 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Mapping, Sequence, TypeVar
 
 import lance
 from pydantic import BaseModel
 
 from prep.contracts.file_index import read_index
+from prep.contracts.source import SourceEntry
 from prep.contracts.table import TableMetadata, read_table_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
-from prep.prepare.listing import IdRoot, ListedFile, id_root_of
+from prep.prepare.listing import IdRoot, ListedFile, id_root_of, with_digest
 from prep.runtime.config import RUNTIME_KEYS, JobConfig
 
 __all__ = ["Prior", "Selection", "Growth", "read_prior", "MADE_WITH", "rejects_base", "without_sources", "reject_counts"]
@@ -50,17 +51,23 @@ MADE_WITH = ("kind", "tokenizer", "seq_len", "image", "encoded", "labels", "sour
 
 @dataclass(frozen=True)
 class Selection(Generic[F]):
-    """What a step prepares: ``files`` in listing order, the URIs among them it ``replaced`` (changed,
-    with ``--update``) and how many listed files it keeps as they are (``unchanged``)."""
+    """What a step prepares: ``files`` in listing order (each with its content's digest), the URIs among
+    them it ``replaced`` (changed, with ``--update``), how many listed files it keeps as they are
+    (``unchanged``), the held files whose rows it ``removed`` without a file of that URI taking their
+    place (moved to a listed file, or gone with ``--remove-missing``), the ``moved`` pairs
+    ``(was, now)`` among them, and the held files not listed now whose rows stay (``missing``)."""
 
     files: list[F]
     replaced: list[str]
     unchanged: int = 0
+    removed: list[str] = field(default_factory=list)
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
 
     @classmethod
     def everything(cls, files: Sequence[F]) -> Selection[F]:
-        """A from-scratch run: every file is new."""
-        return cls(list(files), [], 0)
+        """A from-scratch run: every file is new (its digest taken, for a later ``--update``)."""
+        return cls([with_digest(f) for f in files], [], 0)
 
 
 @dataclass(frozen=True)
@@ -73,19 +80,19 @@ class Prior:
     s3: storage.S3Options | None = None
 
     @functools.cached_property
-    def sources(self) -> dict[str, Mapping[str, Any]]:
+    def sources(self) -> dict[str, SourceEntry]:
         """The recorded sources by URI."""
-        return {str(s.get("uri")): s for s in self.metadata.sources}
+        return {s.uri: s for s in self.metadata.sources}
 
     @functools.cached_property
-    def indexed(self) -> dict[str, Mapping[str, Any]]:
+    def indexed(self) -> dict[str, SourceEntry]:
         """The input files its steps' file indexes list, by URI (one scan of each index)."""
         return read_index(self.uri, [h.file_index for h in self.metadata.history if h.file_index], self.s3)
 
     @functools.cached_property
-    def files(self) -> dict[str, Mapping[str, Any]]:
+    def files(self) -> dict[str, SourceEntry]:
         """Every input file it holds, by URI: the recorded sources with an id key, and the indexed files."""
-        return {**{u: s for u, s in self.sources.items() if "key" in s}, **self.indexed}
+        return {**{u: s for u, s in self.sources.items() if s.key is not None}, **self.indexed}
 
     def id_root(self) -> IdRoot:
         """The root its row ids were made under, read back from its files' id keys.
@@ -93,10 +100,10 @@ class Prior:
         Raises:
             PrepError: the table records no id keys (prep made it before ``--append`` existed).
         """
-        if not self.files or (not self.indexed and any("key" not in s for s in self.metadata.sources)):
+        if not self.files or (not self.indexed and any(s.key is None for s in self.metadata.sources)):
             raise PrepError(f"{self.uri} records no id key per input file (prep {self.metadata.prep_version} made it, "
                             "before --append existed): prepare it anew once with --overwrite, then append to it")
-        roots = {id_root_of(str(s["uri"]), str(s["key"])) for s in self.files.values()}
+        roots = {id_root_of(s.uri, str(s.key)) for s in self.files.values()}
         if len(roots) != 1:
             raise PrepError(f"{self.uri} records id keys under {len(roots)} roots ({sorted(str(r.path) for r in roots)[:3]}): "
                             "its metadata was edited or is corrupt; prepare it anew with --overwrite")
@@ -122,27 +129,68 @@ class Prior:
                 raise PrepError(f"{self.uri} was made with {name}={_short(was)}, this job has {_short(now)}: appending would mix "
                                 "rows of two configs; append with the table's config, or prepare anew with --overwrite")
 
-    def select(self, files: Sequence[F], *, update: bool) -> Selection[F]:
-        """Splits ``files`` into new ones, changed ones (replaced with ``update``) and unchanged ones (skipped).
+    def select(self, files: Sequence[F], *, update: bool, remove_missing: bool = False) -> Selection[F]:
+        """Splits ``files`` into new ones, changed ones (replaced with ``update``), unchanged ones (skipped)
+        and held files moved to a new name (their rows made anew under it with ``update``), by content:
+        a local file whose inode and ctime are as recorded is unchanged without being read; else its
+        digest (:func:`prep.prepare.listing.with_digest`) decides, and the ETag does on object stores.
+        Held files not listed now keep their rows unless ``remove_missing``.
 
         Raises:
-            PrepError: a file the table holds changed since and ``update`` is off, naming it.
+            PrepError: a file the table holds changed or moved since and ``update`` is off, naming it.
         """
-        held, chosen, changed = self.files, [], []
+        held, chosen, changed, kept = self.files, [], [], 0
         for f in files:
-            how = _differs(held[f.uri], f) if f.uri in held else ""
-            if f.uri not in held or how:
-                chosen.append(f)
+            was = held.get(f.uri)
+            if was is not None and _untouched(was, f):
+                kept += 1
+                continue
+            if was is None or was.digest:  # a table made before digests compares mtimes: no read
+                f = with_digest(f)
+            how = _differs(was, f) if was is not None else ""
+            if was is not None and not how:
+                kept += 1
+                continue
+            chosen.append(with_digest(f))
             if how:
                 changed.append((f.uri, how))
-        if changed and not update:
-            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-            raise PrepError(f"{changed[0][0]} changed since {self.uri} was made from it ({changed[0][1]}){more}: "
-                            "pass --update to replace its rows, or restore the file")
-        gone = len(held.keys() - {f.uri for f in files})
-        if gone:
-            log.info("%d file(s) of %s are not among the inputs now; their rows stay", gone, self.uri)
-        return Selection(chosen, [uri for uri, _ in changed], len(files) - len(chosen))
+        gone = sorted(held.keys() - {f.uri for f in files})
+        moved = _moves({u: held[u] for u in gone}, [f for f in chosen if f.uri not in held])
+        if (changed or moved) and not update:
+            first = f"{changed[0][0]} changed since {self.uri} was made from it ({changed[0][1]})" if changed else \
+                f"{moved[0][0]} moved to {moved[0][1]} (the same content) since {self.uri} was made from it"
+            more = f" (and {len(changed) + len(moved) - 1} more)" if len(changed) + len(moved) > 1 else ""
+            raise PrepError(f"{first}{more}: pass --update to replace its rows, or restore the file")
+        missing = [u for u in gone if u not in {was for was, _ in moved}]
+        if missing and not remove_missing:
+            log.warning("%d file(s) %s holds are not among the inputs now (%s%s); their rows stay (--remove-missing removes them)",
+                        len(missing), self.uri, missing[0], " ..." if len(missing) > 1 else "")
+        removed = [was for was, _ in moved] + (missing if remove_missing else [])
+        return Selection(chosen, [uri for uri, _ in changed], kept, removed, moved, [] if remove_missing else missing)
+
+
+def _untouched(was: SourceEntry, now: ListedFile) -> bool:
+    """True when a recorded file is surely as it was without reading it: its ETag (object stores), or its inode
+    and ctime (locally) with its size and mtime, as recorded."""
+    if was.etag and now.etag:
+        return was.size == now.size and was.etag == now.etag
+    return was.size == now.size and was.mtime == now.mtime and bool(was.stamp) and was.stamp == now.stamp
+
+
+def _moves(gone: Mapping[str, SourceEntry], new: Sequence[ListedFile]) -> list[tuple[str, str]]:
+    """``(held URI, new URI)`` for each new file with the content of a held file that is not listed now
+    (the same size and digest, or the same size and ETag); each held file moves once, in listing order."""
+    by_content: dict[tuple[int, str], list[str]] = {}
+    for uri, was in gone.items():
+        content = was.digest or was.etag
+        if content and was.size is not None:
+            by_content.setdefault((was.size, content), []).append(uri)
+    moved = []
+    for f in new:
+        olds = by_content.get((f.size, f.digest or f.etag))
+        if olds:
+            moved.append((olds.pop(0), f.uri))
+    return moved
 
 
 def _check_labels_grow(uri: str, was: list[str], now: list[str]) -> None:
@@ -175,14 +223,18 @@ def _defaults(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def _differs(was: Mapping[str, Any], now: ListedFile) -> str:
-    """What changed between a recorded file and its listing now ("" when nothing did)."""
-    if was.get("size") != now.size:
-        return f"size {was.get('size')} -> {now.size} bytes"
-    if was.get("etag") and now.etag:  # the object store's content tag: a rewrite of the same bytes is no change
-        return f"ETag {was.get('etag')} -> {now.etag}" if was.get("etag") != now.etag else ""
-    if str(was.get("mtime")) != now.mtime:
-        return f"mtime {was.get('mtime')} -> {now.mtime}"
+def _differs(was: SourceEntry, now: ListedFile) -> str:
+    """What changed between a recorded file and its listing now ("" when nothing did): its content's
+    identity (ETag, digest) decides when both sides have it, so a rewrite of the same bytes is no change;
+    a table made before digests compares mtimes."""
+    if was.size != now.size:
+        return f"size {was.size} -> {now.size} bytes"
+    if was.etag and now.etag:
+        return f"ETag {was.etag} -> {now.etag}" if was.etag != now.etag else ""
+    if was.digest and now.digest:
+        return f"content {was.digest[:19]} -> {now.digest[:19]}" if was.digest != now.digest else ""
+    if was.mtime != now.mtime:
+        return f"mtime {was.mtime} -> {now.mtime}"
     return ""
 
 
@@ -225,23 +277,28 @@ class Growth:
 
     @classmethod
     def of(cls, prior: Prior, replaced: list[str], rejects: str) -> Growth:
-        """Raises PrepError when a replaced file's rows were not recorded (chunks that mix files)."""
+        """Raises PrepError when a replaced file's rows were not recorded (chunks that mix files), or when the
+        table's rejects table is gone (its counts could no longer reconcile), before anything is written."""
+        if not lance_tables.table_exists(rejects, storage.lance_storage_options(rejects, prior.s3)):
+            raise PrepError(f"{rejects}, the rejects table of {prior.uri}, is missing (moved or deleted): the table's counts "
+                            f"({prior.metadata.counts.get('rows_rejected', 0)} rejected rows) could no longer reconcile; restore it, "
+                            "or prepare the table anew with --overwrite")
         removed: Counter = Counter()
         by_rows = tuple(u for u in replaced if u in prior.indexed)
         for uri in (u for u in replaced if u not in by_rows):
             recorded = prior.files[uri]
-            if "data_files" not in recorded:
+            if recorded.data_files is None:
                 raise PrepError(f"{uri} changed, but {prior.uri} does not record which rows it gave (its chunks mix files): "
                                 "--update cannot replace them; prepare the table anew with --overwrite")
-            removed.update(recorded.get("counts") or {})
+            removed.update(recorded.counts or {})
         if by_rows:
             removed.update(_counted(prior, by_rows, rejects))
         return cls(prior, tuple(replaced), dict(removed), by_rows)
 
-    def kept_sources(self, step: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The prior's sources the step neither replaced nor records anew (an image folder it listed again)."""
-        gone = set(self.replaced) | {s["uri"] for s in step}
-        return [dict(s) for s in self.prior.metadata.sources if s.get("uri") not in gone]
+    def kept_sources(self, step: list[SourceEntry]) -> list[SourceEntry]:
+        """The prior's sources the step neither replaced nor removed nor records anew (an image folder it listed again)."""
+        gone = set(self.replaced) | {s.uri for s in step}
+        return [s for s in self.prior.metadata.sources if s.uri not in gone]
 
     def totals(self, step: Mapping[str, int]) -> dict[str, int]:
         """The table's counts after the step: the prior's, less the replaced files', plus the step's."""
@@ -249,12 +306,12 @@ class Growth:
         return {k: int(had.get(k, 0)) - int(self.removed.get(k, 0)) + int(step.get(k, 0)) for k in sorted(set(had) | set(step))}
 
     def removed_data_files(self) -> set[str]:
-        return {p for uri in self.replaced for p in self.prior.files[uri].get("data_files", [])}
+        return {p for uri in self.replaced for p in self.prior.files[uri].data_files or ()}
 
     def removed_reject_files(self) -> set[str]:
         """The rejects' data files the replaced files' chunks wrote (their rejects may name
         other URIs: a manifest's images), recorded like their ``data_files``."""
-        return {p for uri in self.replaced for p in self.prior.files[uri].get("reject_files", [])}
+        return {p for uri in self.replaced for p in self.prior.files[uri].reject_files or ()}
 
 
 def _counted(prior: Prior, uris: tuple[str, ...], rejects: str) -> dict[str, int]:
@@ -266,7 +323,7 @@ def _counted(prior: Prior, uris: tuple[str, ...], rejects: str) -> dict[str, int
     rejected = base.to_table(columns=["source"], filter=f"({where}) AND position != 'file'").column("source").to_pylist() if base else []
     files = base.count_rows(filter=f"({where}) AND position = 'file'") if base else 0
     return {"rows_read": len(written) + len(rejected), "rows_accepted": len(written), "rows_written": len(written),
-            "rows_rejected": len(rejected), "files_rejected": files, "bytes_read": sum(int(prior.indexed[u]["size"]) for u in written + rejected)}
+            "rows_rejected": len(rejected), "files_rejected": files, "bytes_read": sum(prior.indexed[u].size or 0 for u in written + rejected)}
 
 
 def rejects_base(prior: Prior | None, rejects: str, opts: dict[str, str] | None) -> Any:

@@ -3,12 +3,18 @@
 One set of rules: an existing path wins over glob syntax (``photos [2020]/`` is a
 folder, not a pattern); a folder is listed recursively; a glob lists what matches;
 hidden files and anything under a hidden folder are skipped; files come sorted by
-path, so the same inputs always give the same order. Each file carries its key (its
+path, so the same inputs always give the same order; prep's own outputs are never
+input: a folder holding prep's markers (a table or rejects table prep wrote, a
+materialized output, a reader cache, a lease: :func:`prep_folders`) or a Lance table is
+left out with everything under it, with one warning line per input. Each file carries its key (its
 path relative to its input's root: class folders, messages), its id key (what row ids
 derive from: its path relative to the root all inputs share, or its full URI when
 they share none, so same-named files in different folders never share ids) and its
-identity (size and mtime, and the ETag on object stores) for the table's provenance
-and to notice a file that changes while the job reads it. A file that several
+identity (size and mtime, the ETag on object stores, inode and ctime locally: its
+``stamp``, which any write changes, ``touch -r`` included) for the table's provenance
+and to notice a file that changes while the job reads it. :func:`with_digest` adds the
+content's identity (a SHA-256 of the bytes locally; the ETag on object stores), which a
+table records so that ``--update`` tells a renamed file and an edited one apart. A file that several
 inputs list is read once, with a warning. A job that adds files to a table
 (``--append``) lists relative to the root the table's ids were made under
 (:class:`IdRoot`, read back from the table's provenance with :func:`id_root_of`), so
@@ -17,15 +23,19 @@ a file gets the id key a from-scratch run over all the files would give it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import posixpath
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from prep.contracts.ownership import CACHE_MARKER, JOB_MARKER, LEASE
+from prep.contracts.source import SourceEntry
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "row_group_ranges"]
+__all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "row_group_ranges",
+           "with_digest", "prep_folders"]
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +56,13 @@ class ListedFile:
     mtime: str
     etag: str = ""
     id_key: str = ""
+    stamp: str = ""  # local files: "inode:ctime", changed by any write or move (mtime can be set back, ctime cannot)
+    digest: str = ""  # local files: "sha256:<first 128 bits, hex>" of the bytes, once :func:`with_digest` read them
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> SourceEntry:
         """The file's provenance as a table records it: its identity, and the key its row ids derive from."""
-        return {"uri": self.uri, "key": self.ids_from, "size": self.size, "mtime": self.mtime,
-                **({"etag": self.etag} if self.etag else {})}
+        return SourceEntry(uri=self.uri, key=self.ids_from, size=self.size, mtime=self.mtime, etag=self.etag, stamp=self.stamp,
+                           digest=self.digest)
 
     @property
     def ids_from(self) -> str:
@@ -100,6 +112,49 @@ def _etag(info: dict[str, Any]) -> str:
     return str(info.get("ETag") or "").strip('"')
 
 
+def _stamp(info: dict[str, Any]) -> str:
+    """A local file's inode and ctime (fsspec's ``created`` is ``st_ctime``); "" on object stores."""
+    return f"{info['ino']}:{info['created']!r}" if "ino" in info and "created" in info else ""
+
+
+def with_digest(file: ListedFile) -> ListedFile:
+    """``file`` with the identity of its content: a SHA-256 of a local file's bytes (one read: GSM8K's 4.2 MB
+    in 0.04 s, 245 photos of 27 MB in 0.23 s on this project's loaded 2-core machine); on an object store,
+    whose ETag already names the content, ``file`` as it is (no read)."""
+    if file.digest or file.etag or storage.is_remote(file.uri):
+        return file
+    try:
+        with open(storage.fs_path(file.uri), "rb") as f:  # not fsspec's open: ~3 ms a file less (245 photos: 0.8 s -> 0.2 s)
+            digest = hashlib.file_digest(f, "sha256").hexdigest()[:32]  # 128 bits name a content; a file index keeps one per image
+    except OSError as exc:
+        raise PrepError(f"cannot read {file.uri} ({type(exc).__name__}: {one_line(exc, limit=200)})") from None
+    return replace(file, digest=f"sha256:{digest}")
+
+
+_MARKERS = frozenset({JOB_MARKER, CACHE_MARKER, LEASE})
+
+
+def prep_folders(paths: list[str]) -> set[str]:
+    """The folders among ``paths``' parents that prep wrote (they hold one of its markers or its lease) or that
+    hold a Lance table (its ``_versions``): their files are never input.
+
+    >>> sorted(prep_folders(["/d/a.jsonl", "/d/t.lance/_prep_lease.json", "/d/x.lance/_versions/1.manifest"]))
+    ['/d/t.lance', '/d/x.lance']
+    """
+    found = set()
+    for p in paths:
+        head, name = posixpath.split(p)
+        if name in _MARKERS:
+            found.add(head)
+        elif "/_versions/" in p:
+            found.add(p[: p.index("/_versions/")])
+    return found
+
+
+def _inside(path: str, folders: set[str]) -> bool:
+    return any(path.startswith(f + "/") for f in folders)
+
+
 def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable[[str], bool] = lambda path: True,
                what: str = "files") -> Listing:
     """Expands a file, folder or glob into sorted :class:`ListedFile` s that ``accept`` keeps.
@@ -120,8 +175,18 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
         found = fs.glob(path, detail=True)
     else:
         raise PrepError(f"input not found: {storage.shown(given)}")
+    ours = prep_folders(list(found))
+    if root.rstrip("/") in ours or _inside(root, ours):
+        raise PrepError(f"input {given} is a folder prep wrote (an output: its markers or its lease are there); prep's own "
+                        "outputs are never input: give the files it was made from, or read the table with prep read")
+    if ours:
+        shown = sorted(storage.with_scheme(given, f) for f in ours)
+        log.warning("input %s holds %d folder(s) prep wrote (%s%s), left out: prep's own outputs are never input",
+                    given, len(ours), ", ".join(shown[:3]), " ..." if len(shown) > 3 else "")
+        found = {p: info for p, info in found.items() if not _inside(p, ours)}
     files = [
-        ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info))
+        ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info),
+                   stamp=_stamp(info))
         for p, info in sorted(found.items())
         if info.get("type", "file") == "file" and not _hidden(posixpath.relpath(p, root)) and accept(p)
     ]
@@ -193,8 +258,9 @@ def _below(uri: str, root: str | None) -> str:
 
 
 def check_unchanged(file: ListedFile, s3: storage.S3Options | None = None) -> None:
-    """Raises if ``file`` no longer has the size and mtime (ETag on object stores) it was
-    listed with: a file written to while the job reads it would give rows of two versions.
+    """Raises if ``file`` no longer has the size and mtime (ETag on object stores; and locally the
+    inode and ctime) it was listed with: a file written to while the job reads it would give rows
+    of two versions.
 
     Raises:
         PrepError: naming the file and what changed.
@@ -206,10 +272,16 @@ def check_unchanged(file: ListedFile, s3: storage.S3Options | None = None) -> No
         raise PrepError(f"{file.uri} was removed while the job read it; rerun once the inputs stay put") from None
     except OSError as exc:
         raise PrepError(f"cannot check {file.uri} after reading it ({type(exc).__name__}: {one_line(exc, limit=200)})") from None
-    size, etag = int(info.get("size") or 0), _etag(info)
-    before, after = (file.size, file.etag or file.mtime), (size, etag if file.etag else _mtime(info))
-    if before != after:
-        what = f"size {file.size:,} -> {size:,} bytes" if file.size != size else f"{'ETag' if file.etag else 'mtime'} {before[1]} -> {after[1]}"
+    size, etag, stamp = int(info.get("size") or 0), _etag(info), _stamp(info)
+    if file.size != size:
+        what = f"size {file.size:,} -> {size:,} bytes"
+    elif file.etag:
+        what = f"ETag {file.etag} -> {etag}" if file.etag != etag else ""
+    elif file.mtime != _mtime(info):
+        what = f"mtime {file.mtime} -> {_mtime(info)}"
+    else:  # written with its size and mtime kept (touch -r): only the inode's ctime tells
+        what = f"inode:ctime {file.stamp} -> {stamp}" if file.stamp and file.stamp != stamp else ""
+    if what:
         raise PrepError(f"{file.uri} changed while the job read it ({what}); rerun once it is no longer being written")
 
 

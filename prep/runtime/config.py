@@ -86,7 +86,11 @@ class JobConfig(ConfigModel):
             table version (docs/guide.md, "Growing a table"); a file it holds that changed
             since is refused. Exclusive with ``overwrite``.
         update: as ``append``, and a changed file's rows are replaced (deleted and added in
-            the same commit) instead of refused.
+            the same commit) instead of refused, and a renamed or moved file's rows are made anew
+            under its new name.
+        remove_missing: with ``append``/``update``, the rows of held files that are no longer
+            among the inputs are removed in the same commit (otherwise they stay, and the summary
+            names those files).
         chunk_bytes: input bytes per task; the unit of parallelism and of determinism.
         executor: where chunks run: ``auto`` (default) uses Ray when there is a cluster to
             join (``ray.address``, ``RAY_ADDRESS``, as under ``ray job submit``) and this
@@ -110,6 +114,7 @@ class JobConfig(ConfigModel):
     overwrite: bool = False
     append: bool = False
     update: bool = False
+    remove_missing: bool = False
     chunk_bytes: int = Field(default=2 << 20, ge=4096)
     executor: Literal["auto", "ray", "local"] = "auto"
     item_timeout_s: float = Field(default=60.0, gt=0)
@@ -124,6 +129,9 @@ class JobConfig(ConfigModel):
         if self.overwrite and (self.append or self.update):
             raise ValueError(f"overwrite and {'update' if self.update else 'append'} are exclusive: overwrite replaces the "
                              "table, append/update add to it; choose one")
+        if self.remove_missing and not self.grows:
+            raise ValueError("remove_missing removes the rows of files gone from the inputs of a table that grows: "
+                             "give it with append or update")
         return self
 
     @property
@@ -203,7 +211,7 @@ def load_config(model: type[T], path: str | Path | None = None, **overrides: Any
 
 # Keys that say where and how a job runs, not what it makes: left out of the hash (and s3, which
 # holds secrets). item_timeout_s stays in: it can decide whether a slow item is a row or a reject.
-RUNTIME_KEYS = frozenset({"s3", "ray", "executor", "overwrite", "append", "update", "max_bad_items_per_chunk",
+RUNTIME_KEYS = frozenset({"s3", "ray", "executor", "overwrite", "append", "update", "remove_missing", "max_bad_items_per_chunk",
                           "max_task_retries", "max_reject_fraction"})
 
 

@@ -47,7 +47,7 @@ class ImagesJob:
         planned = plan(self.cfg, s3, prior)
         return ChunkPlan(planned.chunks, planned.sources, {"labels": planned.labels, "source_kind": planned.kind},
                          chunk_sources=planned.chunk_sources, replaced=planned.replaced, unchanged=planned.unchanged,
-                         file_index=planned.file_index)
+                         file_index=planned.file_index, removed=planned.removed, moved=planned.moved, missing=planned.missing)
 
     def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> ImageChunkWorker:
         return ImageChunkWorker(self.cfg, plan.details["labels"], s3)
@@ -108,7 +108,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     s = summary
     grew = s["mode"] in ("append", "update")
     if grew and s["step"]["version"] is None:
-        return what_it_did(s)[0]
+        return "\n".join(what_it_did(s))
     h, w, c = s["shape"]
     formats = ", ".join(f"{k} {v:,}" for k, v in s["formats"].items()) or "none"
     lines = [

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import os
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
+from prep.contracts.source import SourceEntry
 from prep.io import storage
 from prep.errors import PrepError
 from prep.prepare.images import shards, tables
@@ -69,19 +70,22 @@ class FilesChunk:
 class ImagePlan:
     """What the driver decided: the source kind, the chunks, the labels, the sources' identity.
 
-    ``chunk_sources``, ``replaced``, ``unchanged`` and ``file_index`` are
-    :class:`~prep.prepare.driver.ChunkPlan`'s.
+    ``chunk_sources``, ``replaced``, ``unchanged``, ``file_index``, ``removed``, ``moved`` and
+    ``missing`` are :class:`~prep.prepare.driver.ChunkPlan`'s.
     """
 
     kind: str
     chunks: list[Any]
     labels: LabelMap
-    sources: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[SourceEntry] = field(default_factory=list)
     files: int = 0
     chunk_sources: list[str] | None = None
     replaced: list[str] = field(default_factory=list)
     unchanged: int = 0
-    file_index: list[dict[str, Any]] | None = None
+    file_index: list[SourceEntry] | None = None
+    removed: list[str] = field(default_factory=list)
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
 
 
 def _infer_kind(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | None) -> str:
@@ -103,7 +107,7 @@ def _infer_kind(cfg: ImagesConfig, listing: Listing, s3: storage.S3Options | Non
     raise PrepError(f"{given}: cannot tell the source kind from {sorted(exts)}; set source: imagefolder, manifest, webdataset or parquet")
 
 
-def _imagefolder(listing: Listing, chosen: set[str]) -> tuple[list[FileItem], dict[str, Any]]:
+def _imagefolder(listing: Listing, chosen: set[str]) -> tuple[list[FileItem], SourceEntry]:
     """The items of the ``chosen`` files of ``listing``, and the folder as listed (its files are in the file index)."""
     if not listing.is_dir:
         raise PrepError(f"input {listing.given}: an ImageFolder input must be a directory of class folders (root/<class>/image)")
@@ -115,10 +119,10 @@ def _imagefolder(listing: Listing, chosen: set[str]) -> tuple[list[FileItem], di
             items.append(FileItem(f.uri, f.ids_from, size=f.size, problem="not inside a class folder (expected root/<class>/image)"))
         else:
             items.append(FileItem(f.uri, f.ids_from, label=f.key.split("/", 1)[0], size=f.size))
-    return items, {"uri": listing.given, "files": len(listing.files), "bytes": sum(f.size for f in listing.files)}
+    return items, SourceEntry(uri=listing.given, files=len(listing.files), bytes=sum(f.size for f in listing.files))
 
 
-def _manifest(cfg: ImagesConfig, files: list[ListedFile], s3: storage.S3Options | None) -> tuple[list[list[FileItem]], list[dict[str, Any]]]:
+def _manifest(cfg: ImagesConfig, files: list[ListedFile], s3: storage.S3Options | None) -> tuple[list[list[FileItem]], list[SourceEntry]]:
     """The items of each manifest in ``files``, and the manifests' identities."""
     groups, sources = [], []
     for f in files:
@@ -137,7 +141,7 @@ def _manifest(cfg: ImagesConfig, files: list[ListedFile], s3: storage.S3Options 
             path = path.strip()
             target = path if "://" in path or os.path.isabs(path) else storage.join(base, path)
             items.append(FileItem(target, path, label=label))
-        sources.append({**f.describe(), "rows": len(rows)})
+        sources.append(replace(f.describe(), rows=len(rows)))
     return groups, sources
 
 
@@ -180,9 +184,9 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None, prior: Prior | 
         raise PrepError(f"inputs {cfg.inputs} mix source kinds {sorted(kinds)}; prepare them as separate tables")
     kind = kinds.pop()
     listed = [f for listing in listings for f in listing.files]
-    picked = prior.select(listed, update=cfg.update) if prior else Selection.everything(listed)
+    picked = prior.select(listed, update=cfg.update, remove_missing=cfg.remove_missing) if prior else Selection.everything(listed)
     held = [str(n) for n in prior.metadata.extra.get("labels") or []] if prior else []
-    grown = dict(replaced=picked.replaced, unchanged=picked.unchanged)
+    grown = dict(replaced=picked.replaced, unchanged=picked.unchanged, removed=picked.removed, moved=picked.moved, missing=picked.missing)
     if kind == "imagefolder":
         chosen = {f.uri for f in picked.files}
         items: list[FileItem] = []
@@ -197,7 +201,7 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None, prior: Prior | 
     if kind == "manifest":  # a chunk never mixes manifests: each records its rows, and --update replaces them
         groups, sources = _manifest(cfg, picked.files, s3)
         labels = _labels(cfg, kind, [i.label for g in groups for i in g if i.problem is None], held)
-        cut = [(s["uri"], _file_chunks(g, cfg)) for s, g in zip(sources, groups)]
+        cut = [(s.uri, _file_chunks(g, cfg)) for s, g in zip(sources, groups)]
         return ImagePlan(kind, [c for _, cs in cut for c in cs], labels, sources, sum(map(len, groups)),
                          chunk_sources=[uri for uri, cs in cut for _ in cs], **grown)
     if kind == "webdataset":

@@ -293,12 +293,13 @@ class TextJob:
     def plan(self, s3: storage.S3Options, prior: Prior | None = None) -> ChunkPlan:
         cfg = self.cfg
         listed = list_sources(cfg.inputs, cfg.input_format, s3, id_root=prior.id_root() if prior else None)
-        picked = prior.select(listed, update=cfg.update) if prior else Selection.everything(listed)
+        picked = prior.select(listed, update=cfg.update, remove_missing=cfg.remove_missing) if prior else Selection.everything(listed)
         tokenizer = resolve_tokenizer(cfg.tokenizer)  # here: a bad tokenizer fails before Ray starts
         formatter = make_formatter(cfg, tokenizer)  # and a missing or broken chat template
         chunks = plan_chunks(picked.files, cfg.chunk_bytes, cfg.text_unit, s3)
         return ChunkPlan(chunks, [s.describe() for s in picked.files], {"tokenizer": tokenizer, "formatter": formatter},
-                         chunk_sources=[c.source.uri for c in chunks], replaced=picked.replaced, unchanged=picked.unchanged)
+                         chunk_sources=[c.source.uri for c in chunks], replaced=picked.replaced, unchanged=picked.unchanged,
+                         removed=picked.removed, moved=picked.moved, missing=picked.missing)
 
     def worker(self, plan: ChunkPlan, s3: storage.S3Options) -> TextChunkWorker:
         return TextChunkWorker(self.cfg, plan.details["tokenizer"], s3, plan.details["formatter"])
@@ -328,7 +329,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     """A few lines a person reads after a run (also what the README shows)."""
     s = summary
     if s["step"]["version"] is None and s["mode"] in ("append", "update"):
-        return what_it_did(s)[0]
+        return "\n".join(what_it_did(s))
     lines = [
         *what_it_did(s),
         f"  rows: read {s['rows_read']:,} = written {s['rows_accepted']:,} + rejected {s['rows_rejected']:,}"

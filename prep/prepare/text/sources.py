@@ -23,7 +23,7 @@ import io
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -124,8 +124,11 @@ def list_sources(inputs: list[str], input_format: InputFormat = "auto", s3: stor
     want += " (also .gz/.zst/.bz2)"
     listings = list_inputs(inputs, s3, accept=lambda p: _format_of(p, input_format) is not None, what=f"{want} files",
                            id_root=id_root)
-    return [SourceFile(f.uri, f.key, f.size, f.mtime, f.etag, f.id_key, _format_of(f.uri, input_format) or "", _compression_of(f.uri))
+    return [SourceFile(**{k: getattr(f, k) for k in _LISTED}, format=_format_of(f.uri, input_format) or "", compression=_compression_of(f.uri))
             for listing in listings for f in listing.files]
+
+
+_LISTED = tuple(f.name for f in fields(ListedFile))
 
 
 def plan_chunks(sources: list[SourceFile], chunk_bytes: int, text_unit: TextUnit = "paragraph", s3: storage.S3Options | None = None) -> list[Chunk]:
