@@ -202,3 +202,12 @@ def kill_midway(prep_args: list[str], out: Path, env: dict[str, str] | None = No
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def flip_bytes(path: str | Path, count: int = 10) -> None:
+    """Flips ``count`` bytes in the middle of the file at ``path``, keeping its size (damage a size check cannot see)."""
+    data = bytearray(Path(path).read_bytes())
+    at = len(data) // 2
+    for i in range(at, min(at + count, len(data))):
+        data[i] ^= 0xFF
+    Path(path).write_bytes(bytes(data))
