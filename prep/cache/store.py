@@ -29,6 +29,7 @@ from prep.io import storage
 from prep.io.checksum import dataset_checksum
 from prep.io.jsonfile import read_json_file
 from prep.io.transfer import Fetcher, remove_tree
+from prep.materialize.repair import rerun_command
 
 __all__ = ["SplitCache", "Key", "Priority", "JOB"]
 
@@ -244,7 +245,7 @@ class SplitCache:
             src = storage.join(self.source, split_path(*key))
             listing = self.fetcher.list_tree(src)
             if not listing:
-                raise PrepError(f"{src} is missing: run `prep verify {self.source}`")
+                raise PrepError(f"{src} is missing: {self._repair()}")
             if self.max_bytes is not None:
                 fits, evicted = eviction.make_room(self.layout, self.cached, sum(listing.values()), key, priority,
                                                    self.max_bytes, self._clear)
@@ -272,12 +273,16 @@ class SplitCache:
             rows, checksum = dataset_checksum(self.path(key))
         except (OSError, ValueError, PrepError) as exc:
             self._clear(key)
-            raise PrepError(f"the copy of {src} cannot be read ({one_line(exc)}): run `prep verify {self.source}`") from None
+            raise PrepError(f"the copy of {src} cannot be read ({one_line(exc)}): {self._repair()}") from None
         if rows != expected.num_rows or checksum != expected.checksum:
             self._clear(key)
             raise PrepError(
                 f"the copy of {src} does not match the manifest ({rows} rows, checksum {checksum[:12]}...; expected "
-                f"{expected.num_rows} rows, {expected.checksum[:12]}...): run `prep verify {self.source}`")
+                f"{expected.num_rows} rows, {expected.checksum[:12]}...): {self._repair()}")
+
+    def _repair(self) -> str:
+        """What to do about a split that is damaged at the source: the rerun that rewrites it, not another check."""
+        return f"the split is damaged at the source; rewrite it with the plain rerun `{rerun_command(self.manifest, self.source)}`"
 
     def _clear(self, key: Key) -> None:
         """Removes a copy, its record first (so a half-removed copy is never taken), and what failed fetches left."""

@@ -30,5 +30,6 @@ def run(args: argparse.Namespace) -> int:
     if report.ok:
         return OK
     more = f" (and {len(report.problems) - 1} more, listed above)" if len(report.problems) > 1 else ""
-    print(f"prep verify: {args.path}: FAILED: {report.problems[0]}{more}", file=sys.stderr)
+    repair = report.repair_line()
+    print(f"prep verify: {args.path}: FAILED: {report.problems[0]}{more}{'; ' + repair if repair else ''}", file=sys.stderr)
     return MISMATCH

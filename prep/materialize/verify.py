@@ -34,6 +34,7 @@ from prep.contracts.manifest import Epoch, Manifest, read_manifest, vocab_size
 from prep.materialize.resolved import resolved_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
+from prep.materialize.repair import rerun_command
 from prep.materialize.report import Report, first_difference
 from prep.materialize.scan import scan_split
 from prep.runtime.progress import Bar
@@ -69,7 +70,7 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
             in the report, not an error.
     """
     manifest = read_manifest(path, s3)
-    report = Report(path=path, fingerprint=manifest.fingerprint)
+    report = Report(path=path, fingerprint=manifest.fingerprint, repair=rerun_command(manifest, path))
     if manifest.plan.mixture is not None:
         report.epochs, report.splits = len(manifest.epochs), manifest.plan.num_splits
         check_mixture(report, manifest, s3=s3, check_ids=check_ids, max_problems=max_problems)
