@@ -3,9 +3,10 @@
 The layout and the copy record are :mod:`prep.cache.records`'s; how processes share the
 cache, :mod:`prep.cache.locks`'s; what is evicted to make room, :mod:`prep.cache.eviction`'s.
 A copy counts only with a record that matches the manifest and files that match the
-record (sizes on every open, CRC-32 of the content once per process), so a kill at any
-moment, a truncated or flipped file, or a copy of another materialization is fetched
-again, never used. The cache is claimed with prep's marker (:data:`CACHE_MARKER`, written
+record (sizes on every open, CRC-32 of the content once per process and again whenever a
+file's inode, mtime or ctime moved since), so a kill at any moment, a truncated or flipped
+file (also one flipped while this process uses the cache), or a copy of another
+materialization is fetched again, never used. The cache is claimed with prep's marker (:data:`CACHE_MARKER`, written
 by :func:`prep.contracts.ownership.write_marker`): prep writes only into an empty folder or
 its own cache, and replacing another materialization's cache (``overwrite``) removes only
 the cache's own files (:func:`prep.contracts.ownership.remove_owned`), only while no other
@@ -66,10 +67,11 @@ class SplitCache:
         self.fetcher = fetcher or Fetcher(s3)
         self._splits = {(e.epoch, s.split): s for e in self.manifest.epochs for s in e.splits}
         self._lock = threading.Lock()
-        self._checked: set[tuple[Key, str]] = set()  # (split, record digest) whose content this process hashed
+        self._checked: set[tuple] = set()  # (split, record digest, files' inode/mtime/ctime) whose content this process hashed
         self._hashing: dict[Key, threading.Lock] = {}
         self._reported: set[Key] = set()  # damaged copies already counted and warned about
         self.hits = self.misses = self.evictions = self.damaged = 0
+        self.copies = 0  # copies this object fetched (another process may have fetched the others it found there)
         self._use = self._claim(overwrite)
 
     # --- claiming ------------------------------------------------------------------------------
@@ -193,14 +195,16 @@ class SplitCache:
         if rec is None or not rec.matches(self.fingerprint, self._splits[key]):
             return False
         base = self.path(key)
+        stats = []
         for rel, (size, _) in rec.files.items():
             try:
-                got = os.path.getsize(os.path.join(base, rel))
+                st = os.stat(os.path.join(base, rel))
             except OSError:
                 return self._damaged(key, f"{rel} is missing")
-            if got != size:
-                return self._damaged(key, f"{rel} is {got} bytes, not {size}")
-        token = (key, rec.digest)
+            if st.st_size != size:
+                return self._damaged(key, f"{rel} is {st.st_size} bytes, not {size}")
+            stats.append((st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+        token = (key, rec.digest, tuple(stats))  # a file written since it was hashed (its ctime moves) is hashed again
         with self._lock:
             hashing = self._hashing.setdefault(key, threading.Lock())
         with hashing:  # threads asking about one split at once hash it once
@@ -263,8 +267,8 @@ class SplitCache:
             finally:
                 remove_tree(self.layout.reservation(key))
             with self._lock:
-                self._checked.add((key, rec.digest))
                 self._reported.discard(key)
+                self.copies += 1
             return True
 
     def _verify_copy(self, key: Key, src: str) -> None:
