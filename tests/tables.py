@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep.io import lance_tables
+from prep.io.table_checksums import checksums_for
 from prep.contracts.table import TABLE_FORMAT, TableMetadata
 from prep.plan.permutation import mix64
 
@@ -127,7 +128,8 @@ def write_prepared(
         pa.RecordBatchReader.from_batches(schema, counting()), uri, storage_options=storage_options, max_rows_per_file=fragment_rows
     )
     lance_tables.commit_table(
-        uri, schema, frags, metadata=TableMetadata.from_json(metadata(kind, counted["rows"], counted["tokens"]), uri), storage_options=storage_options
+        uri, schema, frags, metadata=TableMetadata.from_json(metadata(kind, counted["rows"], counted["tokens"]), uri), storage_options=storage_options,
+        checksums=checksums_for(uri, frags, None),  # as prep's writers do: the S3 endpoint of the environment
     )
     return uri
 

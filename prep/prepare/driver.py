@@ -43,6 +43,7 @@ import pyarrow as pa
 import prep
 from prep.io import lance_tables
 from prep.io import storage
+from prep.io.table_checksums import checksums_for
 from prep.contracts.file_index import drop_unreferenced, write_index
 from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, Step, TableMetadata, read_metadata
 from prep.runtime.config import JobConfig, config_hash
@@ -367,7 +368,8 @@ def commit_and_reconcile(
     check_budget(counts["rows_read"], rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
     if growth is None:
         metadata = _stamped(metadata, rej.version)
-        table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
+        table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts,
+                                          checksums=checksums_for(output, fragments, s3))
         faults.maybe_raise("commit", "table")
         _check("rows in the written fragments", in_fragments, f"rows committed to {output}", table.count_rows())
         return metadata
@@ -379,7 +381,7 @@ def commit_and_reconcile(
     _check("rejected rows the replaced files gave (recorded)", int(growth.removed.get("rows_rejected", 0)), f"their rows in {rejects}",
            reject_counts(base.get_fragments(), ())[0] - had_rows if base is not None else 0)
     table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=lambda v: _stamped(metadata, rej.version, v),
-                                      storage_options=output_opts)
+                                      checksums=checksums_for(output, kept + fragments, s3, base_table), storage_options=output_opts)
     faults.maybe_raise("commit", "table")
     metadata = _stamped(metadata, rej.version, table.version)
     _check("rows in the written fragments", in_fragments, f"rows {output} gained", table.count_rows() - base_table.count_rows() + removed_rows)
