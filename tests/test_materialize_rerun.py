@@ -222,6 +222,8 @@ def test_flipped_bytes_in_a_mixture_split_are_repaired_by_the_plain_rerun(synthe
     for where in (ref, str(out)):
         materialize_mixture(mixture=plan, output=where, epochs=1, executor="local", num_cpus=1)
     _flip_data(out / split_path(0, 2))
-    assert not verify(str(out)).ok
+    report = verify(str(out))
+    assert not report.ok and report.damaged_splits == ["epoch 0 split 2"]
+    assert "rerun: prep materialize-shuffle --mixture <the mixture file it was written from> --output" in report.repair_line()
     materialize_mixture(mixture=plan, output=str(out), epochs=1, executor="local", num_cpus=1)
     same_output(str(out), ref)

@@ -58,8 +58,11 @@ def _table(args: argparse.Namespace) -> int:
         print(f"{where}: no file checksums recorded (written before prep recorded them): its {found.files} files "
               "cannot be checked; `prep inspect` reads its rows")
         return OK
-    print(f"{where}: {'OK' if found.ok else f'FAILED ({len(found.problems)} problems)'}: {found.files} files, "
-          f"{found.bytes / 1e6:,.1f} MB checked against the checksums of its commit")
+    print(f"{where}: {'OK' if found.ok else f'FAILED ({len(found.problems)} problems)'}: "
+          f"{found.files - len(found.unrecorded)} files, {found.bytes / 1e6:,.1f} MB checked against the checksums of its commit")
+    if found.unrecorded:
+        print(f"  note: {len(found.unrecorded)} files were not written by a prep commit (added outside prep), not "
+              f"checked: {', '.join(found.unrecorded[:3])}{' ...' if len(found.unrecorded) > 3 else ''}")
     for p in found.problems:
         print(f"  problem: {p}")
     if found.ok:

@@ -44,6 +44,7 @@ def fragment_files(fragments: Iterable[FragmentMetadata]) -> list[str]:
 
 def _digest(table: str, rel: str, s3: storage.S3Options | None) -> FileChecksum:
     fs, path = storage.filesystem(storage.join(table, rel), s3)
+    fs.invalidate_cache(path)  # Lance wrote it, not fsspec: a listing fsspec cached before may not hold it
     h, size = hashlib.sha256(), 0
     with fs.open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
@@ -89,7 +90,9 @@ def checksums_for(table: str, fragments: Iterable[FragmentMetadata], s3: storage
 @dataclass(frozen=True)
 class TableCheck:
     """What :func:`check_table` read and found: ``recorded`` is False for a version without checksums
-    (written before prep recorded them), whose files are then not checked."""
+    (written before prep recorded them), whose files are then not checked; ``unrecorded`` are the
+    files of the version its record does not list (added outside prep: a plain Lance append, a
+    compaction, a copy that kept the schema metadata), not checked either."""
 
     uri: str
     version: int
@@ -97,6 +100,7 @@ class TableCheck:
     files: int
     bytes: int
     problems: tuple[str, ...]
+    unrecorded: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -116,8 +120,7 @@ def check_table(uri: str, version: int | None = None, s3: storage.S3Options | No
     files = fragment_files(f.metadata for f in ds.get_fragments())
     if record is None:
         return TableCheck(uri=uri, version=ds.version, recorded=False, files=len(files), bytes=0, problems=())
-    problems = [f"{p} is not among the files its commit recorded (the table was changed outside prep)"
-                for p in files if p not in record.files]
+    problems = []
     got = _digests(uri, [p for p in files if p in record.files], s3)
     for p, found in got.items():
         want = record.files[p]
@@ -129,7 +132,8 @@ def check_table(uri: str, version: int | None = None, s3: storage.S3Options | No
             problems.append(f"{p}: sha256 {found.sha256[:12]}... != {want.sha256[:12]}... recorded at its commit: "
                             "the file is damaged")
     size = sum(g.size for g in got.values() if isinstance(g, FileChecksum))
-    return TableCheck(uri=uri, version=ds.version, recorded=True, files=len(files), bytes=size, problems=tuple(problems))
+    return TableCheck(uri=uri, version=ds.version, recorded=True, files=len(files), bytes=size, problems=tuple(problems),
+                      unrecorded=tuple(p for p in files if p not in record.files))
 
 
 def require_intact(uri: str, version: int | None, s3: storage.S3Options | None) -> TableCheck:
@@ -142,6 +146,9 @@ def require_intact(uri: str, version: int | None, s3: storage.S3Options | None) 
     if not found.recorded:
         log.info("%s (version %d) records no file checksums (written before prep recorded them): not checked",
                  uri, found.version)
+    elif found.unrecorded:
+        log.info("%s (version %d): %d of its %d files were not written by a prep commit: not checked",
+                 uri, found.version, len(found.unrecorded), found.files)
     if found.problems:
         more = f" (and {len(found.problems) - 1} more)" if len(found.problems) > 1 else ""
         raise PrepError(f"table {uri} (version {found.version}) is damaged: {found.problems[0]}{more}; restore it or "
