@@ -6,8 +6,8 @@ A copy counts only with a record that matches the manifest and files that match 
 record (sizes on every open, CRC-32 of the content once per process and again whenever a
 file's inode, mtime or ctime moved since), so a kill at any moment, a truncated or flipped
 file (also one flipped while this process uses the cache), or a copy of another
-materialization is fetched again, never used. The cache is claimed with prep's marker (:data:`CACHE_MARKER`, written
-by :func:`prep.contracts.ownership.write_marker`): prep writes only into an empty folder or
+materialization is fetched again, never used. The cache is claimed with prep's marker
+(:data:`CACHE_MARKER`, written by :func:`prep.contracts.ownership.write_marker`): prep writes only into an empty folder or
 its own cache, and replacing another materialization's cache (``overwrite``) removes only
 the cache's own files (:func:`prep.contracts.ownership.remove_owned`), only while no other
 process uses it.

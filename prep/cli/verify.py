@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sizes and content checksums as the manifest says, the source table still at the recorded version and its\n"
         "files as its commit recorded them. Given a prepared table, read every file of a version and compare it with\n"
         "the checksums its commit recorded, naming each damaged file.\n\n"
-        "examples:\n  prep verify out/gsm8k-epochs\n  prep verify out/gsm8k.lance",
+        "example:\n  prep verify out/gsm8k-epochs\n  prep verify out/gsm8k.lance",
     )
     p.add_argument("path", help="materialized output directory, or a prepared Lance table (local path or s3://)")
     p.add_argument("--no-ids", action="store_true", help="skip the per-row id comparison with the plan (faster)")
