@@ -121,11 +121,18 @@ def test_a_rerun_of_a_whole_output_checks_every_split_and_writes_none(synthetic,
 
 @pytest.mark.s3
 @pytest.mark.slow
-def test_a_deleted_split_on_s3_is_rewritten_by_the_rerun(synthetic, reference, s3_env, s3_bucket):
+def test_a_deleted_or_flipped_split_on_s3_is_rewritten_by_the_rerun(synthetic, reference, s3_env, s3_bucket):
     out = f"s3://{s3_bucket}/epochs"
     shuffle(synthetic, out)
     fs, root = storage.filesystem(storage.join(out, split_path(0, 1)))
     fs.rm(root, recursive=True)
+    assert not verify(out).ok
+    shuffle(synthetic, out)
+    assert verify(out).ok
+    data = fs.find(f"{root}/data")[0]  # issue 31 #1: flipped bytes, the same size
+    flipped = bytearray(fs.cat_file(data))
+    flipped[len(flipped) // 2] ^= 0xFF
+    fs.pipe_file(data, bytes(flipped))
     assert not verify(out).ok
     shuffle(synthetic, out)
     assert verify(out).ok

@@ -189,3 +189,15 @@ def test_an_s3_table_records_its_files_and_verify_names_a_damaged_one(s3_bucket,
     capsys.readouterr()
     assert cli_main(["verify", out]) == 1
     assert f"FAILED: {name}: sha256 " in capsys.readouterr().err
+
+
+def test_a_table_without_a_record_is_said_and_not_refused(tmp_path, capsys):
+    """A table an older prep wrote (no record): verify says its files cannot be checked; materialize reads it."""
+    old = str(tmp_path / "old.lance")
+    rows = lance.dataset(tables.synthetic_table(str(tmp_path / "t.lance"), num_rows=50)).to_table()
+    lance.write_dataset(rows.replace_schema_metadata({b"prep": rows.schema.metadata[b"prep"]}), old)
+    assert cli_main(["verify", old]) == 0
+    assert "no file checksums recorded (written before prep recorded them)" in capsys.readouterr().out
+    assert check_table(old).recorded is False
+    materialize_shuffle(table=old, output=str(tmp_path / "out"), epochs=1, splits=2, executor="local")
+    assert verify(str(tmp_path / "out")).ok
