@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from prep.io import lance_tables
+from prep.io.table_checksums import checksums_for
 from prep.contracts.table import TABLE_FORMAT, TableMetadata
 from prep.plan.permutation import mix64
 
@@ -127,7 +128,8 @@ def write_prepared(
         pa.RecordBatchReader.from_batches(schema, counting()), uri, storage_options=storage_options, max_rows_per_file=fragment_rows
     )
     lance_tables.commit_table(
-        uri, schema, frags, metadata=TableMetadata.from_json(metadata(kind, counted["rows"], counted["tokens"]), uri), storage_options=storage_options
+        uri, schema, frags, metadata=TableMetadata.from_json(metadata(kind, counted["rows"], counted["tokens"]), uri), storage_options=storage_options,
+        checksums=checksums_for(uri, frags, None),  # as prep's writers do: the S3 endpoint of the environment
     )
     return uri
 
@@ -202,3 +204,12 @@ def kill_midway(prep_args: list[str], out: Path, env: dict[str, str] | None = No
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def flip_bytes(path: str | Path, count: int = 10) -> None:
+    """Flips ``count`` bytes in the middle of the file at ``path``, keeping its size (damage a size check cannot see)."""
+    data = bytearray(Path(path).read_bytes())
+    at = len(data) // 2
+    for i in range(at, min(at + count, len(data))):
+        data[i] ^= 0xFF
+    Path(path).write_bytes(bytes(data))

@@ -23,9 +23,11 @@ from PIL import Image
 
 from conftest import REPO
 from prep.cli import main
+from prep.contracts.checksums import read_checksums
 from prep.contracts.file_index import read_index
 from prep.errors import PrepError
 from prep.io import storage
+from prep.io.table_checksums import check_table
 from prep.prepare import faults
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.job import format_summary, run_decode_images
@@ -60,6 +62,11 @@ def rows(uri: str, version: int | None = None) -> list:
     return sorted(zip(*(t[c].to_pylist() for c in ("id", "label", "label_name", "source")), map(tuple, t["image"].to_pylist())))
 
 
+def check_files(uri: str) -> list[str]:
+    """The files the newest version's checksum record lists."""
+    return list(read_checksums(lance.dataset(uri).schema.metadata, uri).files)
+
+
 def rejects(uri: str) -> list:
     t = lance.dataset(uri, storage_options=storage.lance_storage_options(uri)).to_table(columns=["source", "position", "reason"])
     return sorted(zip(*(t[c].to_pylist() for c in t.column_names)))
@@ -76,6 +83,9 @@ def assert_from_scratch(cfg: ImagesConfig, ref_out: str) -> dict:
     assert meta["labels"] == ref_meta["labels"]
     for k in ("rows_read", "rows_written", "rows_rejected", "files_rejected", "bytes_read"):
         assert meta["counts"][k] == ref_meta["counts"][k], k
+    for uri in (cfg.output, ref.output):  # every commit records the checksums of the files it holds (issue 31 #2)
+        found = check_table(uri)
+        assert found.recorded and found.ok, found
     return meta
 
 
@@ -299,6 +309,7 @@ def test_an_update_killed_between_its_rows_and_its_metadata_is_rebuilt_from_the_
     assert summary["step"]["replaced"] == 2 and summary["step"]["rows_removed"] == 2
     meta = assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
     assert [h["version"] for h in meta["history"]] == [1, 2, lance.dataset(cfg.output).version]
+    assert any(p.startswith("_deletions/") for p in check_files(cfg.output))  # a kept fragment's deleted rows
     left = sorted(p.name for p in mine.parent.iterdir())  # the killed step's index dropped, the user's file kept
     assert left == sorted([Path(h["file_index"]).name for h in meta["history"]] + ["notes.txt"])
 

@@ -122,8 +122,22 @@ def test_a_damaged_split_data_file_is_one_line_naming_the_split(out, tmp_path, h
     else:
         os.remove(data)
     one_line_error(prep("verify", out), 1, "FAILED", "split-00002.lance")
-    one_line_error(prep("prewarm", out, "--cache", str(tmp_path / "cache")), 2, "split-00002.lance", f"prep verify {out}")
+    one_line_error(prep("prewarm", out, "--cache", str(tmp_path / "cache")), 2, "split-00002.lance",
+                   f"rewrite it with the plain rerun `prep materialize-shuffle --table {tables_source(out)} --output {out} ")
     one_line_error(prep("read", out, "--global-batch-size", "4"), 2, "split-00002.lance")
+
+
+def tables_source(out: str) -> str:
+    return json.load(open(os.path.join(out, "manifest.json")))["source"]["uri"]
+
+
+def test_prewarm_of_a_split_with_flipped_bytes_names_the_rerun_that_repairs_it_not_verify(out, tmp_path):
+    """Issue 31 #1: prewarm said "run prep verify", which says the split is damaged: a loop."""
+    (data,) = glob.glob(os.path.join(out, "epoch-00000", "split-00002.lance", "data", "*.lance"))
+    tables.flip_bytes(data)
+    line = one_line_error(prep("prewarm", out, "--cache", str(tmp_path / "cache")), 2, "split-00002.lance",
+                          "the split is damaged at the source; rewrite it with the plain rerun `prep materialize-shuffle")
+    assert "prep verify" not in line
 
 
 def test_a_source_table_at_another_version_needs_extend(source, tmp_path):

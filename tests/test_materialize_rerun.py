@@ -121,11 +121,18 @@ def test_a_rerun_of_a_whole_output_checks_every_split_and_writes_none(synthetic,
 
 @pytest.mark.s3
 @pytest.mark.slow
-def test_a_deleted_split_on_s3_is_rewritten_by_the_rerun(synthetic, reference, s3_env, s3_bucket):
+def test_a_deleted_or_flipped_split_on_s3_is_rewritten_by_the_rerun(synthetic, reference, s3_env, s3_bucket):
     out = f"s3://{s3_bucket}/epochs"
     shuffle(synthetic, out)
     fs, root = storage.filesystem(storage.join(out, split_path(0, 1)))
     fs.rm(root, recursive=True)
+    assert not verify(out).ok
+    shuffle(synthetic, out)
+    assert verify(out).ok
+    data = fs.find(f"{root}/data")[0]  # issue 31 #1: flipped bytes, the same size
+    flipped = bytearray(fs.cat_file(data))
+    flipped[len(flipped) // 2] ^= 0xFF
+    fs.pipe_file(data, bytes(flipped))
     assert not verify(out).ok
     shuffle(synthetic, out)
     assert verify(out).ok
@@ -195,3 +202,36 @@ def test_a_done_record_is_one_typed_form_and_a_bad_one_is_rewritten(synthetic, t
     shuffle(synthetic, str(out))
     again = read_done(str(out), 0, 1)
     assert (again.num_rows, again.checksum) == (record.num_rows, record.checksum)
+
+
+def _flip_data(split: Path) -> None:
+    """10 bytes flipped inside the split's data file: the same size, other content (issue 31 #1)."""
+    tables.flip_bytes(next((split / "data").glob("*.lance")))
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["plain", "overwrite"])
+def test_flipped_bytes_in_a_split_are_repaired_by_the_rerun(synthetic, reference, tmp_path, overwrite):
+    out = tmp_path / "out"
+    shuffle(synthetic, str(out))
+    _flip_data(out / split_path(0, 1))
+    assert not verify(str(out)).ok
+    with warnings_of("prep.materialize") as said:
+        shuffle(synthetic, str(out), overwrite=overwrite)
+    assert [m for m in said if m.startswith("epoch 0 split 1: ") and "checksum" in m], said
+    same_output(str(out), reference)
+
+
+def test_flipped_bytes_in_a_mixture_split_are_repaired_by_the_plain_rerun(synthetic, tmp_path):
+    other = tables.synthetic_table(str(tmp_path / "other.lance"), num_rows=300, seed=1, max_len=40)
+    plan = PlanSpec(num_splits=4, mixture=MixtureSpec(
+        sources=(MixtureSource(table=synthetic, weight=3), MixtureSource(table=other, weight=1)),
+        weight_by="rows", global_batch=8, epoch_rows=400))
+    ref, out = str(tmp_path / "ref"), tmp_path / "out"
+    for where in (ref, str(out)):
+        materialize_mixture(mixture=plan, output=where, epochs=1, executor="local", num_cpus=1)
+    _flip_data(out / split_path(0, 2))
+    report = verify(str(out))
+    assert not report.ok and report.damaged_splits == ["epoch 0 split 2"]
+    assert "rerun: prep materialize-shuffle --mixture <the mixture file it was written from> --output" in report.repair_line()
+    materialize_mixture(mixture=plan, output=str(out), epochs=1, executor="local", num_cpus=1)
+    same_output(str(out), ref)

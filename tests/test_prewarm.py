@@ -213,3 +213,17 @@ def test_a_prewarm_rerun_refetches_exactly_the_missing_and_damaged_copies(materi
     store = SplitCache(str(cache), source=materialized)
     assert len(store.cached()) == 8 and all(store.valid(k) for k in store.cached())
     store.close()
+
+
+def test_a_prewarm_that_finds_the_splits_copied_by_another_meanwhile_does_not_report_them_copied(materialized, tmp_path,
+                                                                                                  monkeypatch):
+    """Issue 31 #10: two prewarms racing on one cache; the second looked before the first copied, then found the copies
+    there and reported them "copied". The race is set up by having the second look at an empty cache."""
+    import prep.cache.prewarm as prewarm_module
+
+    cache = str(tmp_path / "cache")
+    first = prewarm(materialized, cache=cache, rank=0, world_size=2)
+    assert (first["copied"], first["cached"]) == (8, 0)
+    monkeypatch.setattr(prewarm_module, "_cached", lambda store, key: False)  # as it looked before the first copied
+    second = prewarm(materialized, cache=cache, rank=0, world_size=2)
+    assert (second["copied"], second["cached"], second["bytes"]) == (0, 8, 0)

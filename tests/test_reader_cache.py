@@ -139,3 +139,18 @@ def test_a_kill_during_a_fetch_leaves_no_copy_that_counts(s3_env, s3_bucket, tmp
     assert summary["copied"] + summary["cached"] == 4
     assert all(store.valid(k) for k in store.cached()) and len(store.cached()) == 4
     assert not glob.glob(f"{cache}/epoch-*/*.tmp-*")
+
+
+def test_a_copy_damaged_after_this_process_checked_it_is_not_served_but_fetched_again(output, tmp_path):
+    """Issue 31 #1: a copy was hashed once per process, so bytes flipped later were served to that process."""
+    cache = str(tmp_path / "c")
+    prewarm(output, cache=cache, epochs=[0])
+    store = SplitCache(cache, source=output)
+    try:
+        assert store.valid((0, 1))
+        data = glob.glob(f"{cache}/epoch-00000/split-00001.lance/data/*.lance")[0]
+        tables.flip_bytes(data)
+        assert not store.valid((0, 1)) and store.damaged == 1
+        assert store.fetch((0, 1)) and store.copies == 1 and store.valid((0, 1))
+    finally:
+        store.close()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shlex
 import shutil
 
 import lance
@@ -151,3 +153,15 @@ def test_verify_finds_token_ids_outside_the_vocabulary_the_manifest_records(mate
     report = verify(materialized)
     assert any(p.startswith("epoch 0 split 0: token ids range over [") and
                "outside the tokenizer's vocabulary [0, 100)" in p for p in report.problems), report.problems
+
+
+def test_flipped_bytes_in_a_split_fail_verify_which_names_the_rerun_that_repairs_them(materialized, capsys):
+    """Issue 31 #1: verify failed and said nothing of the repair; the command it names now rewrites the split."""
+    tables.flip_bytes(next(iter(glob.glob(os.path.join(materialized, split_path(0, 1), "data", "*.lance")))))
+    assert cli_main(["verify", materialized]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED: epoch 0 split 1: " in err and "to rewrite the damaged splits (epoch 0 split 1), rerun: " in err, err
+    command = shlex.split(err.split("rerun: ", 1)[1].strip())
+    assert command[:2] == ["prep", "materialize-shuffle"] and command[command.index("--output") + 1] == materialized
+    assert cli_main(command[1:] + ["--executor", "local"]) == 0
+    assert verify(materialized).ok

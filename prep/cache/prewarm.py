@@ -57,7 +57,8 @@ def prewarm(
         progress: show a progress bar (splits, MB/s, retries, ETA) on stderr when it is a terminal.
 
     Returns:
-        A summary: cache, rank, world_size, splits, epochs, copied, cached, skipped (did not fit),
+        A summary: cache, rank, world_size, splits, epochs, copied (by this run), cached (there
+        already, or copied meanwhile by another process using the cache), skipped (did not fit),
         bytes, retries, seconds.
 
     Raises:
@@ -84,13 +85,13 @@ def prewarm(
     def priority(key: tuple[int, int], used: float) -> tuple | None:
         return None if key in order else (0, used)  # only copies prewarm was not asked for make room
 
-    fetched: list[tuple[int, int]] = []
     skipped: list[tuple[int, int]] = []
     bar = Bar(len(todo), "prewarm", unit="split", show=progress)  # drawn on a terminal only, never with --quiet
     try:
         with ThreadPoolExecutor(max(1, threads), thread_name_prefix="prewarm") as pool:
             for key, ok in zip(todo, pool.map(lambda k: store.fetch(k, priority), todo)):
-                (fetched if ok else skipped).append(key)
+                if not ok:
+                    skipped.append(key)
                 done = fetcher.counters()
                 bar.update(1, MB_s=done.bytes / max(time.time() - t0, 1e-9) / 1e6, retries=done.retries)
     finally:
@@ -99,7 +100,7 @@ def prewarm(
         store.close()
     counters = fetcher.counters()
     summary = {"cache": store.root, "rank": rank, "world_size": world_size, "splits": list(splits), "epochs": wanted,
-               "copied": len(fetched), "cached": len(keys) - len(todo), "skipped": len(skipped),
+               "copied": store.copies, "cached": len(keys) - store.copies - len(skipped), "skipped": len(skipped),
                "bytes": counters.bytes, "retries": counters.retries, "seconds": time.time() - t0}
     log.info("prewarm %s -> %s: %s", path, cache, summary)
     return summary

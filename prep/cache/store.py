@@ -3,10 +3,11 @@
 The layout and the copy record are :mod:`prep.cache.records`'s; how processes share the
 cache, :mod:`prep.cache.locks`'s; what is evicted to make room, :mod:`prep.cache.eviction`'s.
 A copy counts only with a record that matches the manifest and files that match the
-record (sizes on every open, CRC-32 of the content once per process), so a kill at any
-moment, a truncated or flipped file, or a copy of another materialization is fetched
-again, never used. The cache is claimed with prep's marker (:data:`CACHE_MARKER`, written
-by :func:`prep.contracts.ownership.write_marker`): prep writes only into an empty folder or
+record (sizes on every open, CRC-32 of the content once per process and again whenever a
+file's inode, mtime or ctime moved since), so a kill at any moment, a truncated or flipped
+file (also one flipped while this process uses the cache), or a copy of another
+materialization is fetched again, never used. The cache is claimed with prep's marker
+(:data:`CACHE_MARKER`, written by :func:`prep.contracts.ownership.write_marker`): prep writes only into an empty folder or
 its own cache, and replacing another materialization's cache (``overwrite``) removes only
 the cache's own files (:func:`prep.contracts.ownership.remove_owned`), only while no other
 process uses it.
@@ -29,6 +30,7 @@ from prep.io import storage
 from prep.io.checksum import dataset_checksum
 from prep.io.jsonfile import read_json_file
 from prep.io.transfer import Fetcher, remove_tree
+from prep.materialize.repair import rerun_command
 
 __all__ = ["SplitCache", "Key", "Priority", "JOB"]
 
@@ -65,10 +67,11 @@ class SplitCache:
         self.fetcher = fetcher or Fetcher(s3)
         self._splits = {(e.epoch, s.split): s for e in self.manifest.epochs for s in e.splits}
         self._lock = threading.Lock()
-        self._checked: set[tuple[Key, str]] = set()  # (split, record digest) whose content this process hashed
+        self._checked: set[tuple] = set()  # (split, record digest, files' inode/mtime/ctime) whose content this process hashed
         self._hashing: dict[Key, threading.Lock] = {}
         self._reported: set[Key] = set()  # damaged copies already counted and warned about
         self.hits = self.misses = self.evictions = self.damaged = 0
+        self.copies = 0  # copies this object fetched (another process may have fetched the others it found there)
         self._use = self._claim(overwrite)
 
     # --- claiming ------------------------------------------------------------------------------
@@ -192,14 +195,16 @@ class SplitCache:
         if rec is None or not rec.matches(self.fingerprint, self._splits[key]):
             return False
         base = self.path(key)
+        stats = []
         for rel, (size, _) in rec.files.items():
             try:
-                got = os.path.getsize(os.path.join(base, rel))
+                st = os.stat(os.path.join(base, rel))
             except OSError:
                 return self._damaged(key, f"{rel} is missing")
-            if got != size:
-                return self._damaged(key, f"{rel} is {got} bytes, not {size}")
-        token = (key, rec.digest)
+            if st.st_size != size:
+                return self._damaged(key, f"{rel} is {st.st_size} bytes, not {size}")
+            stats.append((st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+        token = (key, rec.digest, tuple(stats))  # a file written since it was hashed (its ctime moves) is hashed again
         with self._lock:
             hashing = self._hashing.setdefault(key, threading.Lock())
         with hashing:  # threads asking about one split at once hash it once
@@ -244,7 +249,7 @@ class SplitCache:
             src = storage.join(self.source, split_path(*key))
             listing = self.fetcher.list_tree(src)
             if not listing:
-                raise PrepError(f"{src} is missing: run `prep verify {self.source}`")
+                raise PrepError(f"{src} is missing: {self._repair()}")
             if self.max_bytes is not None:
                 fits, evicted = eviction.make_room(self.layout, self.cached, sum(listing.values()), key, priority,
                                                    self.max_bytes, self._clear)
@@ -262,8 +267,8 @@ class SplitCache:
             finally:
                 remove_tree(self.layout.reservation(key))
             with self._lock:
-                self._checked.add((key, rec.digest))
                 self._reported.discard(key)
+                self.copies += 1
             return True
 
     def _verify_copy(self, key: Key, src: str) -> None:
@@ -272,12 +277,16 @@ class SplitCache:
             rows, checksum = dataset_checksum(self.path(key))
         except (OSError, ValueError, PrepError) as exc:
             self._clear(key)
-            raise PrepError(f"the copy of {src} cannot be read ({one_line(exc)}): run `prep verify {self.source}`") from None
+            raise PrepError(f"the copy of {src} cannot be read ({one_line(exc)}): {self._repair()}") from None
         if rows != expected.num_rows or checksum != expected.checksum:
             self._clear(key)
             raise PrepError(
                 f"the copy of {src} does not match the manifest ({rows} rows, checksum {checksum[:12]}...; expected "
-                f"{expected.num_rows} rows, {expected.checksum[:12]}...): run `prep verify {self.source}`")
+                f"{expected.num_rows} rows, {expected.checksum[:12]}...): {self._repair()}")
+
+    def _repair(self) -> str:
+        """What to do about a split that is damaged at the source: the rerun that rewrites it, not another check."""
+        return f"the split is damaged at the source; rewrite it with the plain rerun `{rerun_command(self.manifest, self.source)}`"
 
     def _clear(self, key: Key) -> None:
         """Removes a copy, its record first (so a half-removed copy is never taken), and what failed fetches left."""

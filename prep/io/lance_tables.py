@@ -15,6 +15,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 from lance.schema import LanceSchema
 
+from prep.contracts.checksums import TableChecksums, encode_checksums
 from prep.contracts.table import RejectsMetadata, TableMetadata, encode_metadata
 from prep.io import storage
 from prep.errors import PrepError, one_line
@@ -83,15 +84,19 @@ def commit_table(
     fragments: Iterable[FragmentMetadata],
     *,
     metadata: TableMetadata | RejectsMetadata | None = None,
+    checksums: TableChecksums | None = None,
     storage_options: dict[str, str] | None = None,
 ) -> lance.LanceDataset:
     """Commits ``fragments`` (in the given order) as the new content of ``uri``.
 
     ``metadata`` is stored in the schema (:mod:`prep.contracts.table`), so the
-    table describes itself (config, tokenizer, sources, counts).
+    table describes itself (config, tokenizer, sources, counts); so are ``checksums``,
+    the record of its files (:mod:`prep.contracts.checksums`), in the same commit.
     """
     if metadata is not None:
         schema = schema.with_metadata({**(schema.metadata or {}), **encode_metadata(metadata)})
+    if checksums is not None:
+        schema = schema.with_metadata({**(schema.metadata or {}), **encode_checksums(checksums)})
     op = lance.LanceOperation.Overwrite(schema, list(fragments))
     return lance.LanceDataset.commit(uri, op, storage_options=storage_options)
 
@@ -103,10 +108,12 @@ def commit_grown(
     new: Iterable[FragmentMetadata],
     *,
     metadata: Callable[[int], TableMetadata | RejectsMetadata],
+    checksums: TableChecksums | None = None,
     storage_options: dict[str, str] | None = None,
 ) -> lance.LanceDataset:
     """Commits ``keep`` (fragments of ``base``, as read from it, some with rows deleted) then ``new``
-    on top of ``base``, with ``metadata(version)`` in the schema; no data file is rewritten.
+    on top of ``base``, with ``metadata(version)`` (and ``checksums``, the record of the files of
+    ``keep`` and ``new``) in the schema; no data file is rewritten.
 
     When ``base`` is not the latest version (a step killed after it committed on top of ``base``),
     ``base`` is restored first, so this step replaces that one's. Then one commit where Lance has
@@ -126,8 +133,11 @@ def commit_grown(
     new = list(new)
     dropped = sorted({f.fragment_id for f in base.get_fragments()} - {f.id for f in keep})
 
+    def entries(version: int) -> dict[bytes, bytes]:
+        return {**encode_metadata(metadata(version)), **(encode_checksums(checksums) if checksums is not None else {})}
+
     def with_metadata(version: int) -> pa.Schema:
-        return schema.with_metadata({**(schema.metadata or {}), **encode_metadata(metadata(version))})
+        return schema.with_metadata({**(schema.metadata or {}), **entries(version)})
 
     def commit(op: lance.LanceOperation.BaseOperation, on: lance.LanceDataset, message: str | None = None) -> lance.LanceDataset:
         return lance.LanceDataset.commit(on.uri, op, read_version=on.version, storage_options=storage_options, commit_message=message)
@@ -139,7 +149,7 @@ def commit_grown(
         return commit(lance.LanceOperation.Merge(keep + new, LanceSchema.from_pyarrow(with_metadata(base.version + 1))), base)
     if not any(f.deletion_file for f in keep):
         return commit(lance.LanceOperation.Overwrite(with_metadata(base.version + 1), keep + new), base)
-    entry = encode_metadata(metadata(base.version + 2))
+    entry = entries(base.version + 2)
     if entry.items() <= (base.schema.metadata or {}).items():  # the metadata stays (a rejects table): one commit
         return commit(lance.LanceOperation.Update(removed_fragment_ids=dropped, updated_fragments=keep, new_fragments=new), base)
     grown = commit(lance.LanceOperation.Update(removed_fragment_ids=dropped, updated_fragments=keep, new_fragments=new), base, _UNFINISHED)

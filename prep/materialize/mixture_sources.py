@@ -24,6 +24,7 @@ from prep.contracts.table import TableMetadata
 from prep.io import lance_tables
 
 from prep.io import storage
+from prep.io.table_checksums import require_intact
 from prep.errors import PrepError
 from prep.plan import mixture
 from prep.plan.spec import MixtureSource, MixtureSpec
@@ -95,6 +96,7 @@ def _open(index: int, src: MixtureSource, s3: storage.S3Options, need_lengths: b
         raise PrepError(f"mixture source {index} table {src.table}: version {version} does not exist (its newest is "
                         f"{newest}); name a version up to {newest}, or leave version out for the newest")
     ds = lance_tables.open_table(uri, version=version, storage_options=opts)
+    require_intact(uri, version, s3)  # a damaged file is named and refused before any row is read
     addresses = None
     if src.filter:
         try:

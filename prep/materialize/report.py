@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 __all__ = ["Report", "first_difference"]
+
+_SPLIT = re.compile(r"^epoch \d+ split \d+(?=:)")  # how a problem of one split starts
 
 
 @dataclass
@@ -20,10 +23,24 @@ class Report:
     rows: int = 0
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    repair: str = ""  # the command that rewrites the damaged splits (:mod:`prep.materialize.repair`)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def damaged_splits(self) -> list[str]:
+        """``epoch E split S`` of each split a problem names, in the order found: what a rerun rewrites."""
+        return list(dict.fromkeys(m.group(0) for p in self.problems if (m := _SPLIT.match(p))))
+
+    def repair_line(self) -> str | None:
+        """What to run to rewrite the damaged splits; None when no split is damaged."""
+        damaged = self.damaged_splits
+        if not damaged or not self.repair:
+            return None
+        more = f" and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+        return f"to rewrite the damaged splits ({', '.join(damaged[:3])}{more}), rerun: {self.repair}"
 
     def lines(self) -> list[str]:
         head = "OK" if self.ok else f"FAILED ({len(self.problems)} problems)"
@@ -35,6 +52,9 @@ class Report:
         out += [f"  problem: {p}" for p in self.problems[:50]]
         if len(self.problems) > 50:
             out.append(f"  ... and {len(self.problems) - 50} more")
+        repair = self.repair_line()
+        if repair:
+            out.append(f"  repair: {repair}")
         return out
 
 

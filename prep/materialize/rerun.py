@@ -2,10 +2,13 @@
 
 A split counts as done when its done record (:mod:`prep.contracts.done`) parses,
 names this run's plan, every file the record lists is there with the size it had,
-and the dataset holds the rows the record says. Anything else (a deleted split
-folder, a truncated or missing data file, a damaged record) is logged and the
-split is written again. Cost: one listing per epoch folder and one Lance manifest
-read per split, not a scan (``prep verify`` compares contents).
+and the dataset's content checksum (:mod:`prep.io.checksum`, every row read back)
+is the one the record holds. Anything else (a deleted split folder, a truncated or
+missing data file, bytes flipped in place, a damaged record) is logged and the split
+is written again, so the plain rerun repairs whatever ``prep verify`` finds in a split.
+Cost: one listing per epoch folder and one read of every done split; reading is
+several times cheaper than writing a split (docs/materialize.md, "Reruns"), and the
+cheap checks run first, so a split already known to be damaged is not read.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable
 
+import pyarrow as pa
+
 from prep.contracts.done import DoneRecord, done_path, read_done
 from prep.errors import PrepError, one_line
-from prep.io import lance_tables, storage
+from prep.io import storage
+from prep.io.checksum import dataset_checksum
 from prep.contracts.manifest import split_path
 
 __all__ = ["sound_done_records", "check_splits"]
@@ -49,11 +55,13 @@ def _unsound(job: Any, record: DoneRecord, listing: dict[str, int], fingerprint:
             return f"{record.path}/{name} has {got} bytes, {size} when written"
     uri = storage.join(job.output, record.path)
     try:
-        rows = lance_tables.open_table(uri, storage_options=job.lance_options(uri)).count_rows()
-    except (PrepError, OSError, ValueError) as exc:
-        return f"{record.path} cannot be opened ({one_line(exc, limit=160)})"
+        rows, checksum = dataset_checksum(uri, job.lance_options(uri))
+    except (PrepError, OSError, ValueError, pa.ArrowException) as exc:
+        return f"{record.path} cannot be read ({one_line(exc, limit=160)})"
     if rows != record.num_rows:
         return f"{record.path} holds {rows} rows, its done record {record.num_rows}"
+    if checksum != record.checksum:
+        return f"{record.path}: content checksum {checksum[:12]}... != {record.checksum[:12]}... of its done record"
     return None
 
 

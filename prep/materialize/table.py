@@ -33,6 +33,7 @@ from prep.contracts.table import TableMetadata
 from prep.contracts.materialized import WORK
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
+from prep.io.table_checksums import require_intact
 from prep.materialize.faults import kill_point
 from prep.materialize import spill
 from prep.materialize.held import hold_splits, reads_scattered
@@ -140,6 +141,7 @@ class TableRun:
         if not storage.is_remote(uri) and not os.path.exists(uri):
             raise PrepError(f"--table {self.table}: no such path; pass a prepared Lance table (see `prep pretokenize`)")
         self.source = source = lance_tables.open_table(uri, storage_options=storage.lance_storage_options(uri, s3))
+        require_intact(uri, source.version, s3)  # a damaged file is named and refused before any row is read
         version, total = source.version, source.count_rows()
         if total == 0:
             raise PrepError(f"table {uri} (version {version}) is empty: there is nothing to shuffle")

@@ -1,6 +1,8 @@
 """``prep verify``: check a materialized output against its source table.
 
-Checks, per epoch and split: the split dataset exists and holds the planned
+Checks the source table first: every file of each version the epochs drew from
+against the checksums its commit recorded (:mod:`prep.io.table_checksums`; a mixture's
+tables are checked as they are opened). Then, per epoch and split: the split dataset exists and holds the planned
 number of rows, its content checksum matches the manifest, and (when the
 output has an ``id`` column) its ids are exactly the source rows the plan puts
 there, in plan order (a problem names the first row that differs), and its token
@@ -27,6 +29,7 @@ import numpy as np
 from prep import plan
 
 from prep.io import lance_tables
+from prep.io.table_checksums import check_table
 
 from prep.io import storage
 from prep.errors import PrepError, one_line
@@ -34,6 +37,7 @@ from prep.contracts.manifest import Epoch, Manifest, read_manifest, vocab_size
 from prep.materialize.resolved import resolved_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
+from prep.materialize.repair import rerun_command
 from prep.materialize.report import Report, first_difference
 from prep.materialize.scan import scan_split
 from prep.runtime.progress import Bar
@@ -69,7 +73,7 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
             in the report, not an error.
     """
     manifest = read_manifest(path, s3)
-    report = Report(path=path, fingerprint=manifest.fingerprint)
+    report = Report(path=path, fingerprint=manifest.fingerprint, repair=rerun_command(manifest, path))
     if manifest.plan.mixture is not None:
         report.epochs, report.splits = len(manifest.epochs), manifest.plan.num_splits
         check_mixture(report, manifest, s3=s3, check_ids=check_ids, max_problems=max_problems)
@@ -88,6 +92,8 @@ def verify(path: str, *, s3: storage.S3Options | None = None, check_ids: bool = 
             report.problems.append(f"epochs {[e.epoch for e in manifest.epochs if e.version == version]} drew from "
                                    f"version {version} of {src.uri}, which cannot be opened "
                                    f"({one_line(exc, limit=200)}): they cannot be checked")
+            continue
+        report.problems += [f"source table {src.uri} (version {version}): {why}" for why in check_table(src.uri, version, s3).problems]
     expected = p.fingerprint(src.uri, manifest.versions[0])
     if expected != manifest.fingerprint:
         report.problems.append(f"manifest fingerprint {manifest.fingerprint} != recomputed {expected}: the manifest was edited")

@@ -43,6 +43,7 @@ import pyarrow as pa
 import prep
 from prep.io import lance_tables
 from prep.io import storage
+from prep.io.table_checksums import checksums_for
 from prep.contracts.file_index import drop_unreferenced, write_index
 from prep.contracts.source import SourceEntry
 from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, Step, TableMetadata, read_metadata
@@ -383,7 +384,8 @@ def commit_and_reconcile(
     _check_leases(leases)
     if growth is None:
         metadata = _stamped(metadata, rej.version)
-        table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts)
+        table = lance_tables.commit_table(output, schema, fragments, metadata=metadata, storage_options=output_opts,
+                                          checksums=checksums_for(output, fragments, s3))
         faults.maybe_raise("commit", "table")
         _after_commit(output, in_fragments, table.count_rows())
         return metadata
@@ -400,7 +402,7 @@ def commit_and_reconcile(
            rej.count_rows(filter="position != 'file'"))
     _check_leases(leases)
     table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=lambda v: _stamped(metadata, rej.version, v),
-                                      storage_options=output_opts)
+                                      checksums=checksums_for(output, kept + fragments, s3, base_table), storage_options=output_opts)
     faults.maybe_raise("commit", "table")
     _after_commit(output, kept_rows + in_fragments, table.count_rows())
     return _stamped(metadata, rej.version, table.version)
