@@ -205,10 +205,23 @@ def test_an_unknown_executor_is_refused(synthetic, tmp_path):
         materialize_shuffle(table=synthetic, output=str(tmp_path / "o"), epochs=1, executor="gpu")
 
 
-def test_a_failing_local_read_names_where_and_leaves_no_manifest(tmp_path):
-    src = tables.synthetic_table(str(tmp_path / "src.lance"), num_rows=3000, max_len=40, fragment_rows=1000)
+def _lost_after_the_check(src: str, monkeypatch) -> None:
+    """A data file of ``src`` is lost once materialize has checked the table's files (a read then fails)."""
+    from prep.materialize import table
+
     last = lance.dataset(src).get_fragments()[-1].data_files()[0].path
-    os.remove(os.path.join(src, "data", os.path.basename(last)))  # a data file lost after the table was committed
+    checked = table.require_intact
+
+    def check_then_lose(*args, **kwargs):
+        checked(*args, **kwargs)
+        os.remove(os.path.join(src, "data", os.path.basename(last)))
+
+    monkeypatch.setattr(table, "require_intact", check_then_lose)
+
+
+def test_a_failing_local_read_names_where_and_leaves_no_manifest(tmp_path, monkeypatch):
+    src = tables.synthetic_table(str(tmp_path / "src.lance"), num_rows=3000, max_len=40, fragment_rows=1000)
+    _lost_after_the_check(src, monkeypatch)
     out = tmp_path / "out"
     with pytest.raises(PrepError, match=r"^reading the rows of splits 0\.\.3: "):
         materialize_shuffle(table=src, output=str(out), epochs=1, splits=4, executor="local")
@@ -222,8 +235,7 @@ def test_a_failing_read_in_a_ray_holder_names_where_and_leaves_no_manifest(tmp_p
     if where == "worker":
         monkeypatch.setattr(on_ray, "_driver_node", lambda resources: None)
     src = tables.synthetic_table(str(tmp_path / "src.lance"), num_rows=3000, max_len=40, fragment_rows=1000)
-    last = lance.dataset(src).get_fragments()[-1].data_files()[0].path
-    os.remove(os.path.join(src, "data", os.path.basename(last)))
+    _lost_after_the_check(src, monkeypatch)
     out = tmp_path / "out"
     with pytest.raises(PrepError, match=r"^reading the rows of splits 0\.\.3: \S.*data"):
         materialize_shuffle(table=src, output=str(out), epochs=1, splits=4, executor="ray")

@@ -50,6 +50,7 @@ __all__ = ["SpillLayout", "spill_root", "route_segment", "read_group", "split_pa
 POSITION = "__prep_position"  # the spilled rows' selected positions (a column of the spill files only)
 MARKER = "_prep_spill.json"
 SPILL_PREFIX = "prep-spill-"
+BLOCK_BYTES = 1 << 20  # spilled rows filtered at once when a split is written in parts
 
 
 @dataclass(frozen=True)
@@ -248,11 +249,25 @@ def split_parts(job: ResolvedTable, root: str, layout: SpillLayout, group: int, 
         wanted = order[i:i + per]
         keep = np.sort(wanted)
         kept = []
-        for name in names:
-            for b in _batches(fs, name, remote):
-                pos = np.asarray(b.column(POSITION)).astype(np.int64)
-                at = np.searchsorted(keep, pos)
-                mine = (at < len(keep)) & (keep[np.minimum(at, len(keep) - 1)] == pos)
-                if mine.any():
-                    kept.append(b.filter(pa.array(mine)))
+        for block in _blocks(fs, names, remote, schema):
+            pos = np.asarray(block.column(POSITION)).astype(np.int64)
+            at = np.minimum(np.searchsorted(keep, pos), len(keep) - 1)
+            mine = keep[at] == pos
+            if mine.any():
+                kept.extend(block.filter(pa.array(mine)).to_batches())
         yield from _held(kept, schema).batches(wanted, job.read_rows)
+
+
+def _blocks(fs: object, names: Sequence[str], remote: bool, schema: pa.Schema) -> Iterator[pa.Table]:
+    """The rows of spill files ``names``, in order, as tables of ~:data:`BLOCK_BYTES` (a route wrote a small
+    batch per read: one filter per block instead of one per batch)."""
+    batches, size = [], 0
+    for name in names:
+        for b in _batches(fs, name, remote):
+            batches.append(b)
+            size += b.nbytes
+            if size >= BLOCK_BYTES:
+                yield pa.Table.from_batches(batches, schema=schema)
+                batches, size = [], 0
+    if batches:
+        yield pa.Table.from_batches(batches, schema=schema)

@@ -42,7 +42,7 @@ from prep.materialize.options import RunOptions
 from prep.materialize.run import materialize
 from prep.materialize.rows import bytes_per_row, hash_keys_for, selection_fingerprint, write_selection
 from prep.materialize.write import output_schema, write_split, write_split_dataset
-from prep.plan import split_rows, split_size
+from prep.plan import assign_rows, split_rows, split_size
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
 
 if TYPE_CHECKING:
@@ -55,16 +55,21 @@ _READ_BYTES = 64 << 20  # rows per sequential read: about this many bytes at mos
 SEGMENT_BYTES = 4 << 30  # rows one spill segment routes at most: a killed run's rerun keeps finished segments
 
 
-def hold_groups(num_splits: int, total_bytes: int, hold_bytes: int, at_least: int = 1) -> list[range]:
-    """Contiguous groups of splits, each holding about ``hold_bytes`` of rows at most (one split per group
-    at least), and ``at_least`` groups when there are enough splits.
+def hold_groups(split_bytes: Sequence[int], hold_bytes: int, at_least: int = 1) -> list[range]:
+    """Contiguous groups of splits whose bytes (``split_bytes``, per split) add up to ``hold_bytes`` at most (one
+    split a group at least, and so a split above it alone), and ``at_least`` groups when there are enough splits.
 
-    >>> hold_groups(8, 3 * 1000, 1000), hold_groups(8, 1000, 1000, at_least=2)
-    ([range(0, 3), range(3, 6), range(6, 8)], [range(0, 4), range(4, 8)])
+    >>> hold_groups([400] * 8, 1000), hold_groups([100] * 8, 1000, at_least=2), hold_groups([300, 2000, 300], 1000)
+    ([range(0, 2), range(2, 4), range(4, 6), range(6, 8)], [range(0, 4), range(4, 8)], [range(0, 1), range(1, 2), range(2, 3)])
     """
-    count = min(num_splits, max(at_least, 1, -(-total_bytes // hold_bytes)))
-    per = -(-num_splits // count)
-    return [range(a, min(a + per, num_splits)) for a in range(0, num_splits, per)]
+    cap = min(hold_bytes, -(-sum(split_bytes) // max(1, min(at_least, len(split_bytes)))))
+    groups, start, size = [], 0, 0
+    for s, b in enumerate(split_bytes):
+        if s > start and size + b > cap:
+            groups.append(range(start, s))
+            start, size = s, 0
+        size += b
+    return groups + [range(start, len(split_bytes))]
 
 
 def _write_group(job: ResolvedTable, group: range, pairs: Sequence[tuple[int, int]], keys: np.ndarray | None,
@@ -84,18 +89,38 @@ def _route(job: ResolvedTable, layout: spill.SpillLayout, root: str, segments: S
 
 
 def _write_spilled(job: ResolvedTable, layout: spill.SpillLayout, root: str, group: int, pairs: Sequence[tuple[int, int]],
-                   keys: np.ndarray | None, parts: int, executor: LocalExecutor) -> Iterator[DoneRecord]:
+                   keys: np.ndarray | None, executor: LocalExecutor) -> Iterator[DoneRecord]:
     """A spilling holder, write pass: group ``group``'s rows read back once and its (epoch, split) ``pairs``
-    written from them on ``executor``'s threads; a split above the budget (``parts`` > 1) in parts."""
+    written from them on ``executor``'s threads."""
     first, stop = layout.groups[group]
-    if parts == 1:
-        held = run_task(spill.read_group, f"reading the spilled rows of splits {first}..{stop - 1}", job, root, layout, group)
-        yield from executor.as_done([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys, held)) for e, s in pairs])
-        return
-    for e, s in pairs:
-        order = split_rows(split=s, epoch=e, hash_keys=keys, **job.split_kwargs())
-        batches = spill.split_parts(job, root, layout, group, order, parts)
-        yield run_task(write_split_dataset, f"epoch {e} split {s}", job, e, s, output_schema(job), batches)
+    held = run_task(spill.read_group, f"reading the spilled rows of splits {first}..{stop - 1}", job, root, layout, group)
+    yield from executor.as_done([Call(f"epoch {e} split {s}", write_split, (job, e, s, keys, held)) for e, s in pairs])
+
+
+def _write_in_parts(job: ResolvedTable, layout: spill.SpillLayout, root: str, pairs: Sequence[tuple[int, int, int]],
+                    keys: np.ndarray | None, parts: int, executor: LocalExecutor) -> Iterator[DoneRecord]:
+    """A spilling holder, write pass for splits above the budget (each its own group): its (group, epoch, split)
+    ``pairs`` on ``executor``'s threads, each split in ``parts`` parts (a part per thread fits the budget)."""
+    yield from executor.as_done([Call(f"epoch {e} split {s}", _split_in_parts, (job, layout, root, g, e, s, keys, parts))
+                                 for g, e, s in pairs])
+
+
+def _split_in_parts(job: ResolvedTable, layout: spill.SpillLayout, root: str, group: int, epoch: int, split: int,
+                    keys: np.ndarray | None, parts: int) -> DoneRecord:
+    order = split_rows(split=split, epoch=epoch, hash_keys=keys, **job.split_kwargs())
+    batches = spill.split_parts(job, root, layout, group, order, parts)
+    return write_split_dataset(job, epoch, split, output_schema(job), batches)
+
+
+def _split_sizes(job: ResolvedTable, hash_keys: np.ndarray | None) -> list[int]:
+    """Rows of each split (``hash``: one pass over the keys, a million at a time; else arithmetic)."""
+    if hash_keys is None:
+        return [split_size(split=s, **job.split_kwargs()) for s in range(job.plan.num_splits)]
+    counts = np.zeros(job.plan.num_splits, dtype=np.int64)
+    for a in range(0, job.num_selected, 1 << 20):
+        at = np.arange(a, min(a + (1 << 20), job.num_selected))
+        counts += np.bincount(assign_rows(positions=at, hash_keys=hash_keys, **job.split_kwargs()), minlength=len(counts))
+    return counts.tolist()
 
 
 def _segments(n: int, count: int, fragment_starts: np.ndarray | None) -> tuple[tuple[int, int], ...]:
@@ -205,7 +230,9 @@ class TableRun:
         (``hash_keys``: the keys, and as the executor shares them)."""
         raw_keys, keys = hash_keys
         n, nodes, hold = job.num_selected, executor.min_holders, executor.budget.hold_bytes
-        groups = hold_groups(job.plan.num_splits, row_bytes * n, hold, at_least=nodes)
+        sizes = [int(rows) * row_bytes for rows in _split_sizes(job, raw_keys)]
+        in_parts = max(sizes) > hold  # splits above the budget: a group each, written in parts
+        groups = [range(s, s + 1) for s in range(len(sizes))] if in_parts else hold_groups(sizes, hold, at_least=nodes)
         count = max(nodes * executor.threads, -(-row_bytes * n // SEGMENT_BYTES))
         layout = spill.SpillLayout(job.fingerprint, _segments(n, count, None if job.selection else self._fragment_starts()),
                                    tuple((g.start, g.stop) for g in groups))
@@ -221,14 +248,15 @@ class TableRun:
         except PrepError:  # a full disk, a read that failed: the output stays as it was, the spill goes
             spill.remove_spill(root, job.s3)
             raise
-        calls = []
-        for g, group in enumerate(groups):
-            mine = [(e, s) for e, s in todo if s in group]
-            if mine:  # a group of one split may be above the budget: written in parts
-                alone = split_size(split=group.start, hash_keys=raw_keys, **job.split_kwargs()) if len(group) == 1 else 0
-                parts = max(1, -(-alone * row_bytes // hold))
-                calls.append(Call(f"splits {group.start}..{group.stop - 1}", _write_spilled,
-                                  (job, layout, root, g, mine, keys, parts)))
+        threads = executor.threads
+        if not in_parts:  # each group held whole, its splits written from it on the threads
+            calls = [Call(f"splits {group.start}..{group.stop - 1}", _write_spilled, (job, layout, root, g, mine, keys))
+                     for g, group in enumerate(groups) if (mine := [(e, s) for e, s in todo if s in group])]
+        else:  # one split a thread, each in parts of a thread's share of the budget
+            parts = -(-max(sizes) * threads // hold)
+            pairs = [(s, e, s) for e, s in todo]  # a group per split
+            calls = [Call(f"splits in parts of {parts}", _write_in_parts, (job, layout, root, pairs[i:i + threads], keys, parts))
+                     for i in range(0, len(pairs), threads)]
         records = executor.run_holders(calls, on_done)
         spill.remove_spill(root, job.s3)
         return records
