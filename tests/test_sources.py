@@ -162,3 +162,66 @@ def test_a_byte_order_mark_is_not_part_of_the_first_text_row(unit, tmp_path):
     (src,) = list_sources([str(path)], "text")
     rows = read_chunk(plan_chunks([src], 1 << 20, unit)[0], None, unit).rows
     assert rows[0].startswith("First words.")
+
+
+# A text whose every line ending is rewritten below: blank lines, a whitespace-only line, a last line with its ending.
+LF_TEXT = "First para,\nsecond line.\n\n\nSecond para.\n \t\nThird para\nends here.\n"
+
+
+@pytest.mark.parametrize("unit", ["line", "paragraph", "file"])
+@pytest.mark.parametrize("ending", ["\r\n", "\r", "mixed"])
+def test_crlf_cr_and_mixed_line_endings_give_the_rows_of_the_lf_text(unit, ending, tmp_path):
+    """Issue 31 #10: CRLF paragraphs ended in '\\r' (every document '...\\r</s>'). Line endings are read as
+    Python's text mode reads them (\\r\\n, \\r, \\n), and a document's text holds '\\n' whatever the file used."""
+    lines = LF_TEXT.split("\n")
+    if ending == "mixed":
+        body = "".join(line + ("\r\n", "\n", "\r")[i % 3] for i, line in enumerate(lines[:-1]))  # no \r meets a \n
+    else:
+        body = LF_TEXT.replace("\n", ending)
+    (tmp_path / "lf.txt").write_text(LF_TEXT, newline="")
+    (tmp_path / "other.txt").write_text(body, newline="")
+    rows = {}
+    for name in ("lf.txt", "other.txt"):
+        (src,) = list_sources([str(tmp_path / name)], "text")
+        rows[name] = [r for c in plan_chunks([src], 16, unit) for r in read_chunk(c, None, unit).rows]
+    assert rows["other.txt"] == rows["lf.txt"]
+    assert not any("\r" in r for r in rows["other.txt"])
+    expected = {"line": ["First para,", "second line.", "Second para.", "Third para", "ends here."],
+                "paragraph": ["First para,\nsecond line.", "Second para.", "Third para\nends here.\n"],
+                "file": [LF_TEXT]}[unit]
+    assert rows["lf.txt"] == expected  # LF text reads as it always did
+
+
+def test_text_line_rejects_count_cr_endings_in_their_line_number(tmp_path):
+    lines = [f"line {i} " + "x" * 30 for i in range(1, 41)]
+    data = b"".join(line.encode() + (b"\r", b"\r\n", b"\n")[i % 3] for i, line in enumerate(lines))
+    data = data.replace(b"line 33 ", b"line 33 \xff")
+    (tmp_path / "t.txt").write_bytes(data)
+    (src,) = list_sources([str(tmp_path / "t.txt")])
+    chunks = plan_chunks([src], 256, "line")
+    assert len(chunks) > 3
+    recs = [read_chunk(c, None, "line") for c in chunks]
+    assert [r.position for rec in recs for r in rec.rejects] == ["line 33"]
+    assert [row.split()[1] for rec in recs for row in rec.rows] == [str(i) for i in range(1, 41) if i != 33]
+
+
+@pytest.mark.parametrize("pack", [None, {"seq_len": 64}])
+def test_a_crlf_copy_of_shakespeare_gives_the_tokens_of_the_lf_file(pack, tokenizer_dir, shared_data, tmp_path):
+    """Pretrain and packed tables of paragraphs: no document ends in '\\r</s>' (issue 31 #10)."""
+    import lance
+
+    from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+
+    text = (shared_data / "tinyshakespeare" / "input.txt").read_text()[:20_000]
+    (tmp_path / "lf").mkdir()
+    (tmp_path / "crlf").mkdir()
+    (tmp_path / "lf" / "s.txt").write_text(text, newline="")
+    (tmp_path / "crlf" / "s.txt").write_text(text.replace("\n", "\r\n"), newline="")
+    tables = {}
+    for name in ("lf", "crlf"):
+        cfg = PretokenizeConfig.model_validate(dict(input=str(tmp_path / name), output=str(tmp_path / f"{name}.lance"),
+                                                    tokenizer=tokenizer_dir, format="pretrain", executor="local",
+                                                    chunk_bytes=4096, **({"pack": pack} if pack else {})))
+        run_pretokenize(cfg)
+        tables[name] = lance.dataset(cfg.output).to_table(columns=["input_ids"]).to_pylist()  # ids differ: positions are byte offsets
+    assert tables["crlf"] == tables["lf"] and len(tables["lf"]) > 10

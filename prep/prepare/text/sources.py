@@ -187,23 +187,42 @@ def _read_line_range(chunk: Chunk, s3: storage.S3Options | None) -> tuple[bytes,
     return buf, offset
 
 
-def _count_lines_before(chunk: Chunk, offset: int, s3: storage.S3Options | None) -> int:
-    """Line number (0-based) of byte ``offset``; read only when a reject needs a line number."""
+def _count_lines_before(chunk: Chunk, offset: int, s3: storage.S3Options | None, universal: bool) -> int:
+    """Line number (0-based) of byte ``offset``; read only when a reject needs a line number.
+    ``universal``: a lone ``\\r`` ends a line too (text lines), as in :func:`_split_lines`."""
     if offset == 0:
         return 0
     fs, path = storage.filesystem(chunk.source.uri, s3)
-    count, left = 0, offset
+    count, left, after_cr = 0, offset, False
     with fs.open(path, "rb") as f:
         while left > 0:
             block = f.read(min(left, 1 << 24))
             if not block:
                 break
             count += block.count(b"\n")
+            if universal:  # each \r not followed by \n (a \r\n cut by the block boundary counts once)
+                count += block.count(b"\r") - block.count(b"\r\n") - (after_cr and block[:1] == b"\n")
+                after_cr = block.endswith(b"\r")
             left -= len(block)
     return count
 
 
-def _split_lines(buf: bytes, offset: int) -> tuple[list[bytes], np.ndarray]:
+_LINE_END = re.compile(rb"\r\n?|\n")
+
+
+def _split_lines(buf: bytes, offset: int, universal: bool = False) -> tuple[list[bytes], np.ndarray]:
+    """The lines of ``buf`` and their byte offsets. JSON lines end at ``\\n`` (a ``\\r`` before it is JSON
+    whitespace); ``universal`` text lines end at ``\\r\\n``, ``\\r`` or ``\\n`` (Python's text mode), endings left out."""
+    if universal and b"\r" in buf:
+        lines, starts, at = [], [], 0
+        for m in _LINE_END.finditer(buf):
+            lines.append(buf[at:m.start()])
+            starts.append(offset + at)
+            at = m.end()
+        if at < len(buf):
+            lines.append(buf[at:])
+            starts.append(offset + at)
+        return lines, np.asarray(starts, np.int64)
     lines = buf.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -214,7 +233,7 @@ def _split_lines(buf: bytes, offset: int) -> tuple[list[bytes], np.ndarray]:
 
 def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Records:
     buf, offset = _read_line_range(chunk, s3)
-    lines, starts = _split_lines(buf, offset)
+    lines, starts = _split_lines(buf, offset, universal=as_text)
     rows: list[Any] = []
     keep: list[int] = []
     bad: list[tuple[int, str, bytes]] = []
@@ -228,7 +247,7 @@ def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Re
             if armed:
                 faults.maybe_raise("parse", line.decode("utf-8", "replace"))
             if as_text:  # utf-8-sig: a byte-order mark opening the file is not text
-                value: Any = line.rstrip(b"\r").decode("utf-8-sig" if i == 0 and offset == 0 else "utf-8")
+                value: Any = line.decode("utf-8-sig" if i == 0 and offset == 0 else "utf-8")
             else:
                 value = _json_line(line)
                 if not isinstance(value, dict):
@@ -250,7 +269,7 @@ def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Re
     def line_no(i: int) -> str:
         nonlocal base
         if base is None:
-            base = _count_lines_before(chunk, offset, s3) + 1
+            base = _count_lines_before(chunk, offset, s3, universal=as_text) + 1
         return f"line {base + i}"
 
     rejects = [Reject(chunk.source.uri, line_no(i), reason, raw[: 4 * RAW_PREFIX_CHARS].decode("utf-8", "replace")) for i, reason, raw in bad]
@@ -357,7 +376,14 @@ def _read_parquet(chunk: Chunk, s3: storage.S3Options | None) -> Records:
     return recs
 
 
-_PARAGRAPH = re.compile(rb"\n(?:[ \t\r]*\n)+")
+# A line ending (\r\n, \r or \n) and one or more blank lines (spaces and tabs only) after it.
+_EOL = rb"(?:\r\n|\r(?!\n)|\n)"  # one line ending: a \r\n is never read as two
+_PARAGRAPH = re.compile(_EOL + rb"(?:[ \t]*" + _EOL + rb")+")
+
+
+def _lf(text: str) -> str:
+    """``text`` with its line endings written ``\\n`` (a text without ``\\r`` is returned as it is)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _read_text_blocks(chunk: Chunk, s3: storage.S3Options | None, unit: TextUnit) -> Records:
@@ -375,7 +401,7 @@ def _read_text_blocks(chunk: Chunk, s3: storage.S3Options | None, unit: TextUnit
             pos = m.end()
         pieces.append((pos, data[pos:]))
         pieces = [(p, t) for p, t in pieces if t.strip()]
-    rows = [t.decode("utf-8-sig" if p == 0 else "utf-8") for p, t in pieces]  # a byte-order mark is not text
+    rows = [_lf(t.decode("utf-8-sig" if p == 0 else "utf-8")) for p, t in pieces]  # a byte-order mark is not text
     positions = np.asarray([p for p, _ in pieces], np.int64)
     recs = Records(rows, positions)
     recs.where = [f"byte {p}" for p in positions]
