@@ -225,3 +225,14 @@ def test_a_crlf_copy_of_shakespeare_gives_the_tokens_of_the_lf_file(pack, tokeni
         run_pretokenize(cfg)
         tables[name] = lance.dataset(cfg.output).to_table(columns=["input_ids"]).to_pylist()  # ids differ: positions are byte offsets
     assert tables["crlf"] == tables["lf"] and len(tables["lf"]) > 10
+
+
+def test_csv_positions_name_the_record_for_rejects_and_for_the_rows_after_them(tmp_path):
+    """Issue 31 #10: CSV rejects said 'line ?', and rows after a reject were labelled one record too early.
+    A position is 'data row N': the N-th record after the header (quoted newlines and blank lines do not count)."""
+    (tmp_path / "a.csv").write_bytes(b'text,n\n"two\nlines",1\n\nbad,row,extra\nok,2\n"multi\nline",3,4\nlast,5\n')
+    (src,) = list_sources([str(tmp_path / "a.csv")])
+    rec = read_chunk(plan_chunks([src], 1 << 20)[0])
+    assert [(r.position, r.raw) for r in rec.rejects] == [("data row 2", "bad,row,extra"), ("data row 4", '"multi\nline",3,4')]
+    assert [(row["text"], rec.position_label(i)) for i, row in enumerate(rec.rows)] == [
+        ("two\nlines", "data row 1"), ("ok", "data row 3"), ("last", "data row 5")]

@@ -127,16 +127,16 @@ def _manifest(cfg: ImagesConfig, files: list[ListedFile], s3: storage.S3Options 
         items: list[FileItem] = []
         groups.append(items)
         base = cfg.image_root or posixpath.dirname(uri)
-        for i, (path, label, problem) in enumerate(rows):
-            if problem is not None:
-                items.append(FileItem(uri, "", position=f"row {i}", problem=problem))
+        for row in rows:
+            if row.problem is not None:
+                items.append(FileItem(uri, "", position=row.position, problem=row.problem))
                 continue
-            if not isinstance(path, str) or not path.strip():
-                items.append(FileItem(uri, "", position=f"row {i}", problem=f"column '{cfg.path_column}' is empty or not a string ({path!r})"))
+            if not isinstance(row.path, str) or not row.path.strip():
+                items.append(FileItem(uri, "", position=row.position, problem=f"column '{cfg.path_column}' is empty or not a string ({row.path!r})"))
                 continue
-            path = path.strip()
+            path = row.path.strip()
             target = path if "://" in path or os.path.isabs(path) else storage.join(base, path)
-            items.append(FileItem(target, path, label=label))
+            items.append(FileItem(target, path, label=row.label))
         sources.append({**f.describe(), "rows": len(rows)})
     return groups, sources
 

@@ -346,19 +346,36 @@ def _read_csv(chunk: Chunk, s3: storage.S3Options | None) -> Records:
     import pyarrow.csv as pacsv
 
     rejects: list[Reject] = []
+    skipped: set[int] = set()
 
-    def on_invalid(row: Any) -> str:
-        rejects.append(Reject(chunk.source.uri, f"line {row.number}" if row.number else "line ?", f"CSV: expected {row.expected_columns} columns, got {row.actual_columns}", row.text or ""))
+    def on_invalid(row: Any) -> str:  # row.number counts records, the header as 1 (known when parsed on one thread)
+        skipped.add(row.number - 1)
+        rejects.append(Reject(chunk.source.uri, f"data row {row.number - 1}", f"CSV: expected {row.expected_columns} columns, got {row.actual_columns}", row.text or ""))
         return "skip"
 
     try:
-        table = pacsv.read_csv(io.BytesIO(_read_whole(chunk, s3)), parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid), convert_options=pacsv.ConvertOptions(strings_can_be_null=False))
+        table = pacsv.read_csv(io.BytesIO(_read_whole(chunk, s3)), read_options=pacsv.ReadOptions(use_threads=False),
+                               parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid), convert_options=pacsv.ConvertOptions(strings_can_be_null=False))
     except Exception as exc:
         raise PrepError(f"{chunk.source.uri}: cannot read CSV: {str(exc).splitlines()[0]}") from None
     rows = table.to_pylist()
     recs = Records(rows, np.arange(len(rows), dtype=np.int64), rejects)
-    recs.where = [f"data row {i + 1}" for i in range(len(rows))]
+    recs.where = [f"data row {n}" for n in _numbers_without(skipped, len(rows))]
     return recs
+
+
+def _numbers_without(skipped: set[int], count: int) -> list[int]:
+    """The first ``count`` of 1, 2, 3... that are not in ``skipped`` (the records a CSV reader kept).
+
+    >>> _numbers_without({2, 4}, 3)
+    [1, 3, 5]
+    """
+    out, n = [], 0
+    while len(out) < count:
+        n += 1
+        if n not in skipped:
+            out.append(n)
+    return out
 
 
 def _read_parquet(chunk: Chunk, s3: storage.S3Options | None) -> Records:
