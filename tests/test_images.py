@@ -481,6 +481,29 @@ def test_container_damage_is_accounted_for(tmp_path):
     assert [(r.source, r.position) for r in rejects] == [(str(manifest), "line 3")] and "malformed JSON" in rejects[0].reason
 
 
+def test_a_dangling_symlink_in_an_image_folder_is_a_counted_reject(tmp_path):
+    """Issue 31 #10: a dangling ``x.jpg`` was skipped without being counted (and a link to a good image too)."""
+    (tmp_path / "in" / "ants").mkdir(parents=True)
+    (tmp_path / "real.jpg").write_bytes(encode(noise(40, 30), "JPEG"))
+    (tmp_path / "in" / "ants" / "a.jpg").write_bytes(encode(noise(40, 30, seed=1), "JPEG"))
+    (tmp_path / "in" / "ants" / "linked.jpg").symlink_to(tmp_path / "real.jpg")
+    (tmp_path / "in" / "ants" / "x.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    _, table, rejects, counts = run_worker(config(tmp_path, input=str(tmp_path / "in")))
+    assert table.num_rows == 2 and counts["rows_read"] == 3 == table.num_rows + counts["rows_rejected"]
+    assert [(Path(r.source).name, r.reason) for r in rejects] == [
+        ("x.jpg", f"dangling symlink to {tmp_path / 'nowhere.jpg'}: its target does not exist")]
+
+
+@needs_photos
+def test_a_dangling_tar_shard_is_a_file_level_reject(tmp_path):
+    (tmp_path / "s").mkdir()
+    write_tar(tmp_path / "s" / "a.tar", photos(2), label_of=lambda p: 0)
+    (tmp_path / "s" / "b.tar").symlink_to(tmp_path / "gone.tar")
+    _, table, rejects, counts = run_worker(config(tmp_path, input=str(tmp_path / "s")))
+    assert table.num_rows == 2 and counts["files_rejected"] == 1
+    assert [(r.position, r.reason) for r in rejects] == [("file", f"dangling symlink to {tmp_path / 'gone.tar'}: its target does not exist")]
+
+
 def test_a_csv_manifest_row_reject_names_its_record(tmp_path):
     """'data row N' counts records after the header from 1, as text CSV positions do (a quoted newline is one record)."""
     (tmp_path / "a.jpg").write_bytes(encode(noise(40, 30), "JPEG"))

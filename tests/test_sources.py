@@ -236,3 +236,27 @@ def test_csv_positions_name_the_record_for_rejects_and_for_the_rows_after_them(t
     assert [(r.position, r.raw) for r in rec.rejects] == [("data row 2", "bad,row,extra"), ("data row 4", '"multi\nline",3,4')]
     assert [(row["text"], rec.position_label(i)) for i, row in enumerate(rec.rows)] == [
         ("two\nlines", "data row 1"), ("ok", "data row 3"), ("last", "data row 5")]
+
+
+def test_symlinks_in_an_input_folder_are_read_or_rejected_never_skipped(tmp_path):
+    """Issue 31 #10: a dangling symlink was skipped without a word; so was a symlink to a good file."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "elsewhere.jsonl").write_text('{"text": "linked"}\n')
+    (tmp_path / "in" / "a.jsonl").write_text('{"text": "a"}\n')
+    (tmp_path / "in" / "b.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    (tmp_path / "in" / "c.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    sources = list_sources([str(tmp_path / "in")])
+    assert [s.key for s in sources] == ["a.jsonl", "b.jsonl", "c.jsonl"]
+    recs = {c.source.key: read_chunk(c) for c in plan_chunks(sources, 1 << 20)}
+    assert recs["c.jsonl"].rows == [{"text": "linked"}] and recs["a.jsonl"].rows == [{"text": "a"}]
+    (reject,) = recs["b.jsonl"].rejects
+    assert (reject.position, reject.reason) == ("file", f"dangling symlink to {tmp_path / 'gone.jsonl'}: its target does not exist")
+
+
+def test_a_symlink_to_a_folder_inside_an_input_is_an_error_naming_it(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"text": "a"}\n')
+    (tmp_path / "in" / "more").symlink_to(tmp_path / "other")
+    with pytest.raises(PrepError, match=r"in/more is a symlink to a folder .* give .*other as an input"):
+        list_sources([str(tmp_path / "in")])

@@ -18,6 +18,7 @@ a file gets the id key a from-scratch run over all the files would give it.
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -25,7 +26,8 @@ from typing import Any, Callable
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "row_group_ranges"]
+__all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "dangling_link",
+           "row_group_ranges"]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +122,8 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
         found = fs.glob(path, detail=True)
     else:
         raise PrepError(f"input not found: {storage.shown(given)}")
+    found = {p: _followed(fs, p, info) if info.get("islink") and not _hidden(posixpath.relpath(p, root)) else info
+             for p, info in found.items()}
     files = [
         ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info))
         for p, info in sorted(found.items())
@@ -128,6 +132,33 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
     if not files:
         raise PrepError(f"input {given} holds no {what}")
     return Listing(given, root, files, is_dir)
+
+
+def _followed(fs: Any, path: str, info: dict[str, Any]) -> dict[str, Any]:
+    """A symlink (local) listed as what it points to: a file as that file; a dangling one as an empty file, so
+    that it is read and rejected by name (:func:`dangling_link`), never skipped unseen.
+
+    Raises:
+        PrepError: it points to a folder (listings do not follow folder links: they may loop).
+    """
+    try:
+        target = fs.info(path)
+    except FileNotFoundError:
+        return {**info, "type": "file", "size": 0}
+    if target["type"] == "directory":
+        raise PrepError(f"{path} is a symlink to a folder ({info.get('destination')}), which listings do not follow; "
+                        f"give {posixpath.realpath(path)} as an input of its own, or replace the link by the folder")
+    return target
+
+
+def dangling_link(uri: str) -> str | None:
+    """The reject reason of a local path that is a symlink to nothing, else None."""
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    path = uri.removeprefix("file://")
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"dangling symlink to {os.readlink(path)}: its target does not exist"
+    return None
 
 
 def list_inputs(givens: list[str], s3: storage.S3Options | None = None, accept: Callable[[str], bool] = lambda path: True,

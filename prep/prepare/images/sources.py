@@ -32,7 +32,7 @@ from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.labels import LabelMap
 from prep.prepare.ids import key_hash
 from prep.prepare.growth import Prior, Selection
-from prep.prepare.listing import ListedFile, Listing, list_inputs
+from prep.prepare.listing import ListedFile, Listing, dangling_link, list_inputs
 from prep.prepare.images.samples import FILE_KEY, Sample
 from prep.prepare.images.shards import TarChunk
 from prep.prepare.images.tables import ParquetChunk
@@ -234,7 +234,7 @@ def _read_files(chunk: FilesChunk, s3: storage.S3Options | None) -> Iterator[Sam
         elif isinstance(got, (bytes, bytearray)):
             yield Sample(bytes(got), it.uri, FILE_KEY, key_hash(it.key), it.label, it.uri, it.position)
         elif isinstance(got, FileNotFoundError):
-            yield Reject(it.uri, it.position, "file not found")
+            yield Reject(it.uri, it.position, dangling_link(it.uri) or "file not found")
         elif isinstance(got, IsADirectoryError):
             yield Reject(it.uri, it.position, "a directory, not an image file")
         else:  # not a property of the data (access, network): fail rather than change the rows

@@ -32,7 +32,7 @@ import numpy as np
 from prep.io import storage
 from prep.errors import PrepError, one_line
 from prep.prepare import faults
-from prep.prepare.listing import IdRoot, ListedFile, check_unchanged, list_inputs, row_group_ranges
+from prep.prepare.listing import IdRoot, ListedFile, check_unchanged, dangling_link, list_inputs, row_group_ranges
 from prep.prepare.rejects import RAW_PREFIX_CHARS, Reject
 
 __all__ = ["SourceFile", "Chunk", "Records", "list_sources", "plan_chunks", "read_chunk", "InputFormat", "TextUnit"]
@@ -432,7 +432,7 @@ def read_chunk(chunk: Chunk, s3: storage.S3Options | None = None, text_unit: Tex
         PrepError: the file cannot be read, or it changed (size, mtime) since it was listed.
     """
     if chunk.source.size == 0:
-        return Records([], np.zeros(0, np.int64), [Reject(chunk.source.uri, "file", "empty file")])
+        return Records([], np.zeros(0, np.int64), [Reject(chunk.source.uri, "file", dangling_link(chunk.source.uri) or "empty file")])
     try:
         records = _read(chunk, s3, text_unit)
     except OSError as exc:
