@@ -76,6 +76,7 @@ def test_format_string_templates_append_eos(tok):
         ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]}, r"messages\[1\] is an empty assistant turn"),
         ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "and?"},
                        {"role": "assistant", "content": " \n\t"}]}, r"messages\[3\] is an empty assistant turn"),
+        ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "name": None}]}, "empty assistant turn"),
         ({"question": "q", "answer": ""}, "field 'answer' is empty"),
         ({"question": "q", "answer": " \n"}, "field 'answer' is empty"),
         ({"instruction": "i", "output": ""}, "field 'output' is empty"),

@@ -67,9 +67,10 @@ def test_files_without_rows_are_empty_files_like_a_zero_byte_file(tmp_path):
     (tmp_path / "empty.json").write_text("[]")
     (tmp_path / "header.csv").write_text("question,answer\n")
     (tmp_path / "rows.jsonl").write_text('{"text": "a"}\n\n')
+    (tmp_path / "zero.parquet").write_bytes(b"")  # was an error (no footer) where a 0-byte .jsonl is a reject
     sources = list_sources([str(tmp_path)])
     chunks = plan_chunks(sources, 1 << 20)
-    assert len(chunks) == len(sources) == 8
+    assert len(chunks) == len(sources) == 9
     files = {c.source.key: [(r.position, r.reason) for r in read_chunk(c).rejects] for c in chunks}
     for name, rejects in files.items():
         if name == "rows.jsonl":
@@ -245,12 +246,33 @@ def test_symlinks_in_an_input_folder_are_read_or_rejected_never_skipped(tmp_path
     (tmp_path / "in" / "a.jsonl").write_text('{"text": "a"}\n')
     (tmp_path / "in" / "b.jsonl").symlink_to(tmp_path / "gone.jsonl")
     (tmp_path / "in" / "c.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    (tmp_path / "in" / "d.parquet").symlink_to(tmp_path / "gone.parquet")  # no footer to plan from: a reject too
     sources = list_sources([str(tmp_path / "in")])
-    assert [s.key for s in sources] == ["a.jsonl", "b.jsonl", "c.jsonl"]
+    assert [s.key for s in sources] == ["a.jsonl", "b.jsonl", "c.jsonl", "d.parquet"]
     recs = {c.source.key: read_chunk(c) for c in plan_chunks(sources, 1 << 20)}
     assert recs["c.jsonl"].rows == [{"text": "linked"}] and recs["a.jsonl"].rows == [{"text": "a"}]
-    (reject,) = recs["b.jsonl"].rejects
-    assert (reject.position, reject.reason) == ("file", f"dangling symlink to {tmp_path / 'gone.jsonl'}: its target does not exist")
+    for name in ("b.jsonl", "d.parquet"):
+        (reject,) = recs[name].rejects
+        assert (reject.position, reject.reason) == ("file", f"dangling symlink to {tmp_path / ('gone' + name[1:])}: its target does not exist")
+
+
+def test_a_symlink_to_a_file_the_input_lists_is_read_once(tmp_path):
+    import logging
+
+    (tmp_path / "a.jsonl").write_text('{"text": "a"}\n')
+    (tmp_path / "latest.jsonl").symlink_to(tmp_path / "a.jsonl")
+    (tmp_path / "z1.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    (tmp_path / "z2.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("prep.prepare.listing").addHandler(handler)
+    try:
+        assert [s.key for s in list_sources([str(tmp_path)])] == ["a.jsonl", "z1.jsonl"]
+    finally:
+        logging.getLogger("prep.prepare.listing").removeHandler(handler)
+    assert said == [f"{tmp_path / 'latest.jsonl'} is a symlink to the file {tmp_path / 'a.jsonl'} lists already; it is read once",
+                    f"{tmp_path / 'z2.jsonl'} is a symlink to the file {tmp_path / 'z1.jsonl'} lists already; it is read once"]
 
 
 def test_a_symlink_to_a_folder_inside_an_input_is_an_error_naming_it(tmp_path):

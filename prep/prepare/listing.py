@@ -122,8 +122,7 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
         found = fs.glob(path, detail=True)
     else:
         raise PrepError(f"input not found: {storage.shown(given)}")
-    found = {p: _followed(fs, p, info) if info.get("islink") and not _hidden(posixpath.relpath(p, root)) else info
-             for p, info in found.items()}
+    found = _with_links(fs, root, found)
     files = [
         ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info))
         for p, info in sorted(found.items())
@@ -132,6 +131,24 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
     if not files:
         raise PrepError(f"input {given} holds no {what}")
     return Listing(given, root, files, is_dir)
+
+
+def _with_links(fs: Any, root: str, found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``found`` with its symlinks (local) as what they point to (:func:`_followed`); a link to a file listed
+    already (the file itself, or an earlier link) is left out with a warning, so that each file is read once."""
+    out, seen = {}, {}
+    for p, info in sorted(found.items(), key=lambda item: (bool(item[1].get("islink")), item[0])):  # links last
+        if info.get("islink") and not _hidden(posixpath.relpath(p, root)):
+            info = _followed(fs, p, info)
+            real = os.path.realpath(p)
+            if real in seen:
+                log.warning("%s is a symlink to the file %s lists already; it is read once", p, seen[real])
+                continue
+            seen[real] = p
+        elif not info.get("islink"):
+            seen[p] = p
+        out[p] = info
+    return out
 
 
 def _followed(fs: Any, path: str, info: dict[str, Any]) -> dict[str, Any]:

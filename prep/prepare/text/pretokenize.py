@@ -228,7 +228,6 @@ class TextChunkWorker:
         counts["rows_written"] = table.num_rows
         return ChunkOutput(table, rejects, counts)
 
-
     def _untrained(self, length: int) -> str:
         """The reject reason of a row none of whose written tokens is trained on."""
         cfg = self.cfg

@@ -135,7 +135,7 @@ def plan_chunks(sources: list[SourceFile], chunk_bytes: int, text_unit: TextUnit
         kind = f"text-{text_unit}" if src.format == "text" else src.format
         if kind in _BYTE_RANGED and src.size > chunk_bytes and src.compression is None:
             chunks += [Chunk(src, s, min(s + chunk_bytes, src.size)) for s in range(0, src.size, chunk_bytes)]
-        elif kind == "parquet":
+        elif kind == "parquet" and src.size > 0:  # 0 bytes (or a dangling symlink): a file-level reject, no footer to read
             chunks += _parquet_chunks(src, chunk_bytes, s3)
         else:
             chunks.append(Chunk(src, 0, src.size))
