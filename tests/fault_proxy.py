@@ -12,7 +12,8 @@ as a real store's front end would: the retry must not find its own half-applied 
 ``deny`` fails every request whose path contains the string, always (100% for one object), with
 ``deny_kind`` (any of the above, or ``denied``: 403 AccessDenied).
 ``latency_s`` delays every request (the benchmark's "looks like real object storage").
-``got_bytes`` counts the body bytes of the GETs answered, per path (what was read, and how often).
+``got_bytes`` counts the body bytes of the GETs answered, per (path, client): the client is the first word of the
+request's User-Agent (``aiobotocore`` for fsspec/s3fs, another for Lance's own object store client).
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if self.command == "GET":
             with owner._lock:
-                owner.got_bytes[urlsplit(self.path).path] += len(data)
+                client = (self.headers.get("User-Agent") or "?").split("/")[0]
+                owner.got_bytes[(urlsplit(self.path).path, client)] += len(data)
         self._answer(status, headers, data)
 
     def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:

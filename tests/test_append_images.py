@@ -268,7 +268,8 @@ def test_a_new_manifest_appends_and_update_replaces_a_changed_ones_rows_and_reje
     summary = run_decode_images(changed(cfg, update=True))
     assert summary["step"] == {"version": 3, "added": 0, "replaced": 1, "unchanged": 1, "rows_added": 2, "rows_removed": 2, "removed": 0, "moved": [], "missing": []}
     assert_from_scratch(changed(cfg, update=True), str(tmp_path / "ref.lance"))
-    assert [r[:2] for r in rejects(cfg.rejects_uri)] == [(str(images / "gone.png"), "image"), (str(lists / "m0.csv"), "row 3")]
+    # the empty path is the 4th record after the header (issue 31 #10: 'data row N', as text CSV says; was 0-based 'row 3')
+    assert [r[:2] for r in rejects(cfg.rejects_uri)] == [(str(images / "gone.png"), "image"), (str(lists / "m0.csv"), "data row 4")]
 
 
 @pytest.mark.slow

@@ -21,8 +21,9 @@ from pathlib import Path
 import lance
 import pytest
 
+from prep.contracts.table import read_table_metadata
 from prep.prepare import faults
-from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
+from prep.prepare.text.pretokenize import PretokenizeConfig, format_summary, run_pretokenize
 
 DEEP = b"[" * 5000 + b"]" * 5000
 BIG = b"9" * 5000
@@ -203,3 +204,31 @@ def test_fuzzed_hostile_lines_among_real_rows(seed, tokenizer_dir, shared_data, 
     assert s["rows_read"] == len(expected) == s["rows_written"] + s["rows_rejected"]
     assert s["rows_rejected"] == len(expected) - len(written) == lance.dataset(cfg.rejects_uri).count_rows()
     assert lance.dataset(cfg.output).to_table(columns=["question"])["question"].to_pylist() == written
+
+
+# --- rows that cannot train (issue 31 #10) -------------------------------------------------------------
+
+@pytest.mark.parametrize("pack", [None, {"seq_len": 256}], ids=["rows", "packed"])
+@pytest.mark.parametrize("overlong", ["truncate", "split"])
+def test_a_row_or_piece_without_a_trained_token_is_never_written(overlong, pack, tokenizer_dir, shared_data, tmp_path):
+    """A prompt longer than max_length: truncate cut every trained token (the row trained nothing, without a word);
+    split made pieces of prompt only. Now the row is a reject naming it, and such pieces are left out and counted."""
+    good = gsm8k(shared_data, 20)
+    long_prompt = json.dumps({"question": "Count the words. " + "word " * 400, "answer": "400"}).encode() + b"\n"
+    (tmp_path / "a.jsonl").write_bytes(b"".join(good[:10]) + long_prompt + b"".join(good[10:]))
+    cfg = config(tokenizer_dir, tmp_path / "a.jsonl", tmp_path / "o.lance", max_length=128, overlong=overlong,
+                 **({"pack": pack} if pack else {}))
+    s = run_pretokenize(cfg)
+    t = lance.dataset(cfg.output).to_table(columns=["loss_mask"])
+    if not pack:
+        assert all(sum(m) > 0 for m in t["loss_mask"].to_pylist())  # every row trains
+    assert s["rows_read"] == 21 == s["rows_accepted"] + s["rows_rejected"]
+    if overlong == "truncate":
+        assert s["rows_rejected"] == 1
+        (reason,) = rejects_by_line(cfg).values()
+        assert list(rejects_by_line(cfg)) == [11] and "no trained token in its first 128 tokens" in reason
+    else:
+        assert s["rows_rejected"] == 0 and s["pieces_untrained"] == 3  # 400 words of prompt: 4 pieces, the last trains
+        assert f"split: 3 piece(s) of prompt only ({s['pieces_untrained_tokens']} tokens, none trained) left out" in format_summary(s)
+    meta_counts = read_table_metadata(lance.dataset(cfg.output), "t").to_json()["sources"][0]["counts"]
+    assert meta_counts.get("pieces_untrained", 0) == s.get("pieces_untrained", 0)

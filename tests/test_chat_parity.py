@@ -70,7 +70,8 @@ def conversations(shared_data) -> list[list[dict]]:
     odd = ["  spaced  ", "line\n\nbreaks\n", "{{ braces }} {% tag %}", "quote \" and \\ back", "emoji \U0001f600 ü",
            "ends with </s>", "<think>plan</think>\n\nanswer", "[INST] inside [/INST]", "%s {0} %%", "",
            "[/INST][/INST]", "</s><s>[INST]", "\u4e2d\u6587\u00a0\u200b"]
-    rows += [[{"role": u, "content": q}, {"role": a, "content": r}] for q, r in zip(odd, odd[1:] + odd[:1])]
+    # an empty assistant turn is a reject, not a render (test_formats): "" is tried as a prompt only
+    rows += [[{"role": u, "content": q}, {"role": a, "content": r}] for q, r in zip(odd, odd[1:] + odd[:1]) if r]
     rows += [
         [{"role": s, "content": "Be brief."}, {"role": u, "content": "2+2?"}, {"role": a, "content": "4"}],
         [{"role": u, "content": "hi"}, {"role": a, "content": "hello"}, {"role": u, "content": "2+2?"}, {"role": a, "content": "4"}],

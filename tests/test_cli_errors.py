@@ -244,3 +244,36 @@ def test_prewarm_refuses_the_materialized_output_itself_as_cache(good):
     before = _snapshot(Path(good))
     one_line_error(prep("prewarm", good, "--cache", good, "--overwrite"), 2, "--cache", "not empty")
     assert _snapshot(Path(good)) == before
+
+
+def _png_libpng_warns_on(seed: int) -> bytes:
+    """A small PNG with a tEXt chunk whose CRC is wrong: libpng decodes it and prints 'libpng warning: tEXt: CRC error'."""
+    import io
+    import struct
+    import zlib
+
+    import numpy as np
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (16, 16, 3), np.uint8)).save(buf, "PNG")
+    png, ihdr_end = buf.getvalue(), 8 + 25
+    data = b"Comment\x00hello"
+    bad = struct.pack(">I", len(data)) + b"tEXt" + data + struct.pack(">I", (zlib.crc32(b"tEXt" + data) + 1) & 0xFFFFFFFF)
+    return png[:ihdr_end] + bad + png[ihdr_end:]
+
+
+@pytest.mark.slow
+def test_quiet_shows_no_decoder_chatter_and_verbose_does(tmp_path):
+    """Issue 31 #10: with -q, libpng's warnings from the sandboxes still reached the terminal (~80 lines on odd images)."""
+    (tmp_path / "in" / "odd").mkdir(parents=True)
+    for i in range(4):
+        (tmp_path / "in" / "odd" / f"{i}.png").write_bytes(_png_libpng_warns_on(i))
+    runs = {}
+    for flag in ("-q", "-v"):
+        runs[flag] = prep("decode-images", "--input", str(tmp_path / "in"), "--output", str(tmp_path / f"o{flag}.lance"),
+                          "--executor", "local", flag)
+        assert runs[flag].returncode == 0, runs[flag].stderr[-3000:]
+        assert "images: read 4 = written 4 + rejected 0" in runs[flag].stdout
+    assert runs["-q"].stderr == ""
+    assert runs["-v"].stderr.count("libpng warning: tEXt: CRC error") == 4

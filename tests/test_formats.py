@@ -72,6 +72,15 @@ def test_format_string_templates_append_eos(tok):
         ({"foo": 1}, "cannot tell the SFT schema"),
         ({"messages": [{"role": "user", "content": "hi"}]}, "no assistant turn"),
         ({"messages": "hi"}, "non-empty list"),
+        # issue 31 #10: an empty or blank response trains only the end-of-turn; the same reject in all three shapes
+        ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]}, r"messages\[1\] is an empty assistant turn"),
+        ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "and?"},
+                       {"role": "assistant", "content": " \n\t"}]}, r"messages\[3\] is an empty assistant turn"),
+        ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "name": None}]}, "empty assistant turn"),
+        ({"question": "q", "answer": ""}, "field 'answer' is empty"),
+        ({"question": "q", "answer": " \n"}, "field 'answer' is empty"),
+        ({"instruction": "i", "output": ""}, "field 'output' is empty"),
+        ({"instruction": "i", "input": "x", "output": "\t "}, "field 'output' is empty"),
     ],
 )
 def test_bad_sft_rows_raise_row_errors_with_reasons(tok, row, reason):
@@ -146,8 +155,8 @@ def test_a_copy_of_the_drivers_formatter_fills_its_frames_without_importing_tran
     driver.prove_frames([("user", "assistant")])
     with open(shared_data / "gsm8k" / "train.jsonl") as f:
         rows = [json.loads(next(f)) for _ in range(50)]
-    other = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "q"},
-                          {"role": "assistant", "content": ""}]}  # no frame (and an empty content): rendered
+    other = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": ""},
+                          {"role": "assistant", "content": "a"}]}  # no frame (and an empty content): rendered
     (tmp_path / "formatter.pkl").write_bytes(pickle.dumps((driver, rows, other)))
     script = (
         "import pickle, sys; formatter, rows, other = pickle.load(open(sys.argv[1], 'rb'))\n"

@@ -475,6 +475,42 @@ def test_container_damage_is_accounted_for(tmp_path):
     assert table.num_rows == 1 and counts["rows_read"] == 4 and counts["rows_rejected"] == 3
     reasons = " | ".join(r.reason for r in rejects)
     assert "malformed JSON" in reasons and "file not found" in reasons and "empty" in reasons
+    # a manifest row's reject names its line (issue 31 #10: 'row 1' was the 0-based count of non-blank lines)
+    manifest.write_text("\n".join(lines[:1] + ["", *lines[1:2]]) + "\n")
+    _, _, rejects, _ = run_worker(config(tmp_path, input=str(manifest)))
+    assert [(r.source, r.position) for r in rejects] == [(str(manifest), "line 3")] and "malformed JSON" in rejects[0].reason
+
+
+def test_a_dangling_symlink_in_an_image_folder_is_a_counted_reject(tmp_path):
+    """Issue 31 #10: a dangling ``x.jpg`` was skipped without being counted (and a link to a good image too)."""
+    (tmp_path / "in" / "ants").mkdir(parents=True)
+    (tmp_path / "real.jpg").write_bytes(encode(noise(40, 30), "JPEG"))
+    (tmp_path / "in" / "ants" / "a.jpg").write_bytes(encode(noise(40, 30, seed=1), "JPEG"))
+    (tmp_path / "in" / "ants" / "linked.jpg").symlink_to(tmp_path / "real.jpg")
+    (tmp_path / "in" / "ants" / "x.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    _, table, rejects, counts = run_worker(config(tmp_path, input=str(tmp_path / "in")))
+    assert table.num_rows == 2 and counts["rows_read"] == 3 == table.num_rows + counts["rows_rejected"]
+    assert [(Path(r.source).name, r.reason) for r in rejects] == [
+        ("x.jpg", f"dangling symlink to {tmp_path / 'nowhere.jpg'}: its target does not exist")]
+
+
+@needs_photos
+def test_a_dangling_tar_shard_is_a_file_level_reject(tmp_path):
+    (tmp_path / "s").mkdir()
+    write_tar(tmp_path / "s" / "a.tar", photos(2), label_of=lambda p: 0)
+    (tmp_path / "s" / "b.tar").symlink_to(tmp_path / "gone.tar")
+    _, table, rejects, counts = run_worker(config(tmp_path, input=str(tmp_path / "s")))
+    assert table.num_rows == 2 and counts["files_rejected"] == 1
+    assert [(r.position, r.reason) for r in rejects] == [("file", f"dangling symlink to {tmp_path / 'gone.tar'}: its target does not exist")]
+
+
+def test_a_csv_manifest_row_reject_names_its_record(tmp_path):
+    """'data row N' counts records after the header from 1, as text CSV positions do (a quoted newline is one record)."""
+    (tmp_path / "a.jpg").write_bytes(encode(noise(40, 30), "JPEG"))
+    manifest = tmp_path / "m.csv"
+    manifest.write_text('path,label\na.jpg,"two\nlines"\n,ants\n')
+    _, table, rejects, counts = run_worker(config(tmp_path, input=str(manifest)))
+    assert table.num_rows == 1 and [(r.position, r.reason) for r in rejects] == [("data row 2", "column 'path' is empty or not a string (None)")]
 
 
 def test_missing_input_and_missing_columns_fail_before_any_work(tmp_path):

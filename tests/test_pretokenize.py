@@ -97,12 +97,16 @@ def test_bad_rows_are_rejected_with_reasons_and_counts_reconcile(tokenizer_dir, 
 def test_split_policy_keeps_all_tokens_as_extra_rows(tokenizer_dir, gsm8k_small, tmp_path):
     whole = run_pretokenize(config(tokenizer_dir, gsm8k_small, tmp_path / "w.lance"))
     split = run_pretokenize(config(tokenizer_dir, gsm8k_small, tmp_path / "s.lance", max_length=100, overlong="split"))
-    assert split["tokens"] == whole["tokens"] and split["rows_written"] > whole["rows_written"]
+    # every token is kept but those of pieces of prompt only, which train nothing (issue 31 #10): left out, counted
+    assert split["tokens"] + split["pieces_untrained_tokens"] == whole["tokens"] and split["rows_written"] > whole["rows_written"]
+    assert split["tokens_trained"] == whole["tokens_trained"] and split["pieces_untrained"] > 0
     t = lance.dataset(tmp_path / "s.lance").to_table()
+    assert min(sum(m) for m in t["loss_mask"].to_pylist()) > 0
     assert max(t["length"].to_pylist()) <= 100 and len(set(t["id"].to_pylist())) == t.num_rows
     trunc = run_pretokenize(config(tokenizer_dir, gsm8k_small, tmp_path / "t.lance", max_length=100, overlong="truncate"))
-    assert trunc["rows_written"] == whole["rows_written"]
-    assert trunc["tokens"] + trunc["counts"]["tokens_truncated"] == whole["tokens"]
+    # a question of over 100 tokens leaves no trained token: that row is a reject (issue 31 #10), 55 of these 600
+    assert trunc["rows_written"] + trunc["rows_rejected"] == whole["rows_written"] and trunc["rows_rejected"] == 55
+    assert trunc["tokens"] + trunc["counts"]["tokens_truncated"] + 100 * trunc["rows_rejected"] == whole["tokens"]
 
 
 def test_packed_shakespeare_keeps_every_token(tokenizer_dir, shared_data, tmp_path):

@@ -60,7 +60,8 @@ def _version() -> str:
 def _add_output_flags(parser: argparse.ArgumentParser, default: object) -> None:
     """``-v``/``--quiet``, accepted before and after the command (``default`` SUPPRESS keeps the top-level value)."""
     parser.add_argument("-v", "--verbose", action="store_true", default=default,
-                        help="also show INFO lines and Ray's/Lance's own messages; tracebacks for unexpected errors")
+                        help="also show INFO lines, Ray's/Lance's own messages and the image decoders' warnings "
+                        "(libpng, libtiff); tracebacks for unexpected errors")
     parser.add_argument("-q", "--quiet", action="store_true", default=default, help="no progress bars")
 
 

@@ -27,6 +27,10 @@ watches it:
   items per chunk may be poisoned and ``max_task_retries`` restarts made; past either
   bound the chunk fails with one line.
 
+A child's stderr reaches this process's only with ``-v`` (:func:`_relay_stderr`): native
+decoders print a warning per odd image (libpng's ``tEXt: CRC error``, libtiff's unknown
+tags), which a default or ``-q`` run does not show.
+
 Test hooks (tests only; :data:`TEST_HOOKS`): ``PREP_TEST_FAULTS`` makes the sandbox
 crash, hang or exit on named items, e.g. ``segv:ants/x.jpg;hang:bees/y.jpg;exit:BOOM``
 (every name that contains the text after the colon; ``segv`` crashes the thread that
@@ -55,6 +59,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, ContextManager, Iterable, Iterator, TypeVar
 
+from prep.runtime import logs
 from prep.runtime.config import JobConfig
 from prep.errors import PrepError
 from prep.prepare.faults import ENV as RAISE_ENV
@@ -221,12 +226,16 @@ class _Sandbox:
         page_file.write(b"\0" * _MARK.size)
         page_file.flush()
         fds = (parent[0], child[1], page_file.fileno())
+        err_read, err_write = os.pipe()
         self._proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "prep.prepare.isolation", *map(str, fds)], pass_fds=fds, env=env, close_fds=True
+            [sys.executable, "-P", "-m", "prep.prepare.isolation", *map(str, fds)], pass_fds=fds, env=env, close_fds=True,
+            stderr=err_write,
         )
         self._env = env
         os.close(parent[0])
         os.close(child[1])
+        os.close(err_write)
+        threading.Thread(target=_relay_stderr, args=(err_read,), name="sandbox-stderr", daemon=True).start()
         self._send, self._conn = Connection(parent[1], readable=False), Connection(child[0], writable=False)
         self._page = mmap.mmap(page_file.fileno(), _MARK.size)
         page_file.close()
@@ -309,7 +318,8 @@ class _Sandbox:
             restarts += 1
             where = "outside any single item" if item == _IDLE else f"while item {item} was in hand, but not when that item ran alone"
             if restarts > limits.max_task_retries:
-                raise PrepError(f"{reason} {where}, {restarts} times (max_task_retries={limits.max_task_retries})")
+                shown = "" if logs.verbose() else "; rerun with -v to see what the worker process printed"
+                raise PrepError(f"{reason} {where}, {restarts} times (max_task_retries={limits.max_task_retries}){shown}")
             log.warning("%s %s; the whole chunk runs again (restart %d of max_task_retries=%d)", reason, where, restarts, limits.max_task_retries)
 
     def _confirmed(self, fn: Callable[..., Any], kwargs: dict[str, Any], item: int, limits: Limits, hooks: dict[str, str]) -> bool:
@@ -317,6 +327,16 @@ class _Sandbox:
         innocent item (a signal sent to the whole process, a crash on another thread)."""
         kind, value = self._attempt(dumps((fn, kwargs, {}, hooks, item)), limits.item_timeout_s)
         return kind == "died" and value[0] == item
+
+
+def _relay_stderr(fd: int) -> None:
+    """Passes a sandbox child's stderr on to this process's only with ``-v``: what reaches it is the native
+    decoders' chatter (libpng, libtiff warnings, a line per odd image) and Ray-style worker output, which
+    ``-v`` shows and a default or ``-q`` run does not; prep's own word on an item is its reject reason."""
+    with open(fd, "rb", buffering=0) as pipe:
+        for line in iter(pipe.readline, b""):
+            if logs.verbose():
+                os.write(2, line)
 
 
 _SANDBOXES = threading.local()  # one per thread: a Ray worker's task thread, each local worker thread

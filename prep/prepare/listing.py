@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import posixpath
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -34,8 +35,8 @@ from prep.contracts.source import SourceEntry
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "row_group_ranges",
-           "with_digest", "prep_folders"]
+__all__ = ["ListedFile", "Listing", "IdRoot", "id_root_of", "list_input", "list_inputs", "check_unchanged", "dangling_link",
+           "row_group_ranges", "with_digest", "prep_folders"]
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,7 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
         log.warning("input %s holds %d folder(s) prep wrote (%s%s), left out: prep's own outputs are never input",
                     given, len(ours), ", ".join(shown[:3]), " ..." if len(shown) > 3 else "")
         found = {p: info for p, info in found.items() if not _inside(p, ours)}
+    found = _with_links(fs, root, found)
     files = [
         ListedFile(storage.with_scheme(given, p), posixpath.relpath(p, root), int(info.get("size") or 0), _mtime(info), _etag(info),
                    stamp=_stamp(info))
@@ -193,6 +195,51 @@ def list_input(given: str, s3: storage.S3Options | None = None, accept: Callable
     if not files:
         raise PrepError(f"input {given} holds no {what}")
     return Listing(given, root, files, is_dir)
+
+
+def _with_links(fs: Any, root: str, found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``found`` with its symlinks (local) as what they point to (:func:`_followed`); a link to a file listed
+    already (the file itself, or an earlier link) is left out with a warning, so that each file is read once."""
+    out, seen = {}, {}
+    for p, info in sorted(found.items(), key=lambda item: (bool(item[1].get("islink")), item[0])):  # links last
+        if info.get("islink") and not _hidden(posixpath.relpath(p, root)):
+            info = _followed(fs, p, info)
+            real = os.path.realpath(p)
+            if real in seen:
+                log.warning("%s is a symlink to the file %s lists already; it is read once", p, seen[real])
+                continue
+            seen[real] = p
+        elif not info.get("islink"):
+            seen[p] = p
+        out[p] = info
+    return out
+
+
+def _followed(fs: Any, path: str, info: dict[str, Any]) -> dict[str, Any]:
+    """A symlink (local) listed as what it points to: a file as that file; a dangling one as an empty file, so
+    that it is read and rejected by name (:func:`dangling_link`), never skipped unseen.
+
+    Raises:
+        PrepError: it points to a folder (listings do not follow folder links: they may loop).
+    """
+    try:
+        target = fs.info(path)
+    except FileNotFoundError:
+        return {**info, "type": "file", "size": 0}
+    if target["type"] == "directory":
+        raise PrepError(f"{path} is a symlink to a folder ({info.get('destination')}), which listings do not follow; "
+                        f"give {posixpath.realpath(path)} as an input of its own, or replace the link by the folder")
+    return target
+
+
+def dangling_link(uri: str) -> str | None:
+    """The reject reason of a local path that is a symlink to nothing, else None."""
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    path = uri.removeprefix("file://")
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"dangling symlink to {os.readlink(path)}: its target does not exist"
+    return None
 
 
 def list_inputs(givens: list[str], s3: storage.S3Options | None = None, accept: Callable[[str], bool] = lambda path: True,

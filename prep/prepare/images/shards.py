@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from prep.io import storage
 from prep.prepare.ids import key_hash
+from prep.prepare.listing import dangling_link
 from prep.prepare.images.samples import Sample
 from prep.prepare.rejects import Reject
 
@@ -71,6 +72,10 @@ def _sample(chunk: TarChunk, key: str, members: dict[str, tuple[str, bytes]], la
 def read_tar(chunk: TarChunk, s3: storage.S3Options | None, label_field: str | None = "label") -> Iterator[Sample | Reject]:
     """Yields one sample (or reject) per member key, in archive order."""
     fs, path = storage.filesystem(chunk.uri, s3)
+    dangling = dangling_link(chunk.uri)
+    if dangling is not None:  # listed so that it is counted, not skipped unseen
+        yield Reject(chunk.uri, "file", dangling)
+        return
     with fs.open(path, "rb") as f:
         try:
             tar = tarfile.open(fileobj=f, mode="r|*")

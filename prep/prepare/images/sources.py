@@ -33,7 +33,7 @@ from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.labels import LabelMap
 from prep.prepare.ids import key_hash
 from prep.prepare.growth import Prior, Selection
-from prep.prepare.listing import ListedFile, Listing, list_inputs
+from prep.prepare.listing import ListedFile, Listing, dangling_link, list_inputs
 from prep.prepare.images.samples import FILE_KEY, Sample
 from prep.prepare.images.shards import TarChunk
 from prep.prepare.images.tables import ParquetChunk
@@ -131,16 +131,16 @@ def _manifest(cfg: ImagesConfig, files: list[ListedFile], s3: storage.S3Options 
         items: list[FileItem] = []
         groups.append(items)
         base = cfg.image_root or posixpath.dirname(uri)
-        for i, (path, label, problem) in enumerate(rows):
-            if problem is not None:
-                items.append(FileItem(uri, "", position=f"row {i}", problem=problem))
+        for row in rows:
+            if row.problem is not None:
+                items.append(FileItem(uri, "", position=row.position, problem=row.problem))
                 continue
-            if not isinstance(path, str) or not path.strip():
-                items.append(FileItem(uri, "", position=f"row {i}", problem=f"column '{cfg.path_column}' is empty or not a string ({path!r})"))
+            if not isinstance(row.path, str) or not row.path.strip():
+                items.append(FileItem(uri, "", position=row.position, problem=f"column '{cfg.path_column}' is empty or not a string ({row.path!r})"))
                 continue
-            path = path.strip()
+            path = row.path.strip()
             target = path if "://" in path or os.path.isabs(path) else storage.join(base, path)
-            items.append(FileItem(target, path, label=label))
+            items.append(FileItem(target, path, label=row.label))
         sources.append(replace(f.describe(), rows=len(rows)))
     return groups, sources
 
@@ -238,7 +238,7 @@ def _read_files(chunk: FilesChunk, s3: storage.S3Options | None) -> Iterator[Sam
         elif isinstance(got, (bytes, bytearray)):
             yield Sample(bytes(got), it.uri, FILE_KEY, key_hash(it.key), it.label, it.uri, it.position)
         elif isinstance(got, FileNotFoundError):
-            yield Reject(it.uri, it.position, "file not found")
+            yield Reject(it.uri, it.position, dangling_link(it.uri) or "file not found")
         elif isinstance(got, IsADirectoryError):
             yield Reject(it.uri, it.position, "a directory, not an image file")
         else:  # not a property of the data (access, network): fail rather than change the rows

@@ -27,6 +27,7 @@ from prep.prepare.images.samples import ROW_KEY, Sample
 from prep.prepare.rejects import Reject
 
 __all__ = [
+    "LabelRow",
     "ParquetChunk",
     "read_label_file",
     "parquet_columns",
@@ -64,8 +65,20 @@ def _require(uri: str, names: list[str], column: str, key: str) -> None:
         raise PrepError(f"{uri}: no column '{column}' (have {names[:12]}); set {key} in the config")
 
 
-def read_label_file(uri: str, path_column: str, label_column: str | None, s3: storage.S3Options | None) -> list[tuple[Any, Any, str | None]]:
-    """``[(path, raw label, problem)]`` per manifest row, in file order.
+@dataclass(frozen=True)
+class LabelRow:
+    """One manifest row: where it is (``line N`` of JSON lines, ``data row N`` of CSV/TSV counting records
+    after the header from 1, ``element N`` of a JSON array, ``row N`` of Parquet from 0, as the text sources
+    say), its path and raw label, or the problem that makes it a reject."""
+
+    position: str
+    path: Any
+    label: Any
+    problem: str | None = None
+
+
+def read_label_file(uri: str, path_column: str, label_column: str | None, s3: storage.S3Options | None) -> list[LabelRow]:
+    """The manifest's rows, in file order.
 
     Raises:
         PrepError: the file cannot be parsed, or a configured column is missing.
@@ -86,7 +99,9 @@ def read_label_file(uri: str, path_column: str, label_column: str | None, s3: st
         _require(uri, table.column_names, label_column, "label_column (or null for unlabeled data)")
     paths = table.column(path_column).to_pylist()
     labels = table.column(label_column).to_pylist() if label_column else [None] * len(paths)
-    return [(p, lab, None) for p, lab in zip(paths, labels)]
+    where = "row {}" if lower.endswith(".parquet") else "data row {}"
+    first = 0 if lower.endswith(".parquet") else 1
+    return [LabelRow(where.format(first + i), p, lab) for i, (p, lab) in enumerate(zip(paths, labels))]
 
 
 def _read_csv(uri: str, data: bytes, delimiter: str) -> pa.Table:
@@ -102,31 +117,31 @@ def _read_csv(uri: str, data: bytes, delimiter: str) -> pa.Table:
         raise PrepError(f"{uri}: cannot read the manifest: {str(exc).splitlines()[0]}") from None
 
 
-def _read_json_rows(uri: str, data: bytes, path_column: str, label_column: str | None) -> list[tuple[Any, Any, str | None]]:
+def _read_json_rows(uri: str, data: bytes, path_column: str, label_column: str | None) -> list[LabelRow]:
     if data.lstrip()[:1] == b"[":
         try:
             rows = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise PrepError(f"{uri}: not valid JSON ({exc})") from None
-        lines = [(r, None) for r in rows]
+        lines = [(f"element {i}", r, None) for i, r in enumerate(rows)]
     else:
         lines = []
-        for text in data.splitlines():
+        for n, text in enumerate(data.splitlines(), 1):
             if not text.strip():
                 continue
             try:
-                lines.append((json.loads(text), None))
+                lines.append((f"line {n}", json.loads(text), None))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                lines.append((None, f"malformed JSON line: {exc}"))
-    out: list[tuple[Any, Any, str | None]] = []
-    for row, problem in lines:
+                lines.append((f"line {n}", None, f"malformed JSON line: {exc}"))
+    out: list[LabelRow] = []
+    for where, row, problem in lines:
         if problem or not isinstance(row, dict):
-            out.append((None, None, problem or f"expected a JSON object, got {type(row).__name__}"))
+            out.append(LabelRow(where, None, None, problem or f"expected a JSON object, got {type(row).__name__}"))
             continue
         if label_column is not None and label_column not in row:
-            out.append((row.get(path_column), None, f"no '{label_column}' field (set label_column: null for unlabeled data)"))
+            out.append(LabelRow(where, row.get(path_column), None, f"no '{label_column}' field (set label_column: null for unlabeled data)"))
             continue
-        out.append((row.get(path_column), row.get(label_column) if label_column else None, None))
+        out.append(LabelRow(where, row.get(path_column), row.get(label_column) if label_column else None))
     return out
 
 

@@ -106,6 +106,9 @@ def _to_messages(row: dict[str, Any], schema: SFTSchema, messages_column: str) -
             raise RowError(f"{messages_column}[{i}] must be an object with string 'role' and 'content'")
         if m["role"] not in ROLES:
             raise RowError(f"{messages_column}[{i}] has role {m['role']!r}; the roles are {', '.join(ROLES)}")
+        if m["role"] == "assistant" and not m["content"].strip() and {k for k, v in m.items() if v is not None} == {"role", "content"}:
+            # as an empty 'answer'/'output' is: the turn would train only the template's end-of-turn
+            raise RowError(f"{messages_column}[{i}] is an empty assistant turn (content {m['content']!r}), nothing to train on")
     if not any(m["role"] == "assistant" for m in messages):
         raise RowError(f"field '{messages_column}' has no assistant turn to train on")
     # as apply_chat_template does: keys whose value is null are dropped (templates test for a key, not for None)

@@ -173,8 +173,8 @@ class TextChunkWorker:
         kept_idx = np.asarray(kept, np.int64)
 
         source_row, piece = np.arange(rows.num_rows), np.zeros(rows.num_rows, np.int64)
+        lengths = rows.lengths
         if cfg.max_length is not None:
-            lengths = rows.lengths
             over = np.flatnonzero(lengths > cfg.max_length)
             counts[f"rows_over_max_length_{cfg.overlong}"] = len(over)
             if cfg.overlong == "truncate":
@@ -185,6 +185,15 @@ class TextChunkWorker:
                     for j in over
                 ]
             rows, source_row, piece = limit_length(rows, cfg.max_length, cfg.overlong)
+        trains = rows.trained > 0
+        if not trains.all():  # SFT only: a pretraining row trains on all its tokens
+            training = np.isin(source_row, source_row[trains])
+            left_out = ~trains & training  # split pieces of prompt only: a row that trains nothing (0/0 in a per-row loss)
+            counts["pieces_untrained"] = int(left_out.sum())
+            counts["pieces_untrained_tokens"] = int(rows.lengths[left_out].sum())
+            rejects += [Reject(chunk.source.uri, records.position_label(int(kept_idx[j])), self._untrained(int(lengths[j])),
+                               _raw(records.rows[int(kept_idx[j])])) for j in np.unique(source_row[~training])]
+            rows, source_row, piece = rows.select(trains), source_row[trains], piece[trains]
 
         counts["rows_rejected"] = sum(r.is_row for r in rejects)
         counts["rows_accepted"] = len(np.unique(source_row))  # source rows that reached the output, counted on it
@@ -218,6 +227,14 @@ class TextChunkWorker:
             table = pa.table(columns, schema=table_schema(cfg))
         counts["rows_written"] = table.num_rows
         return ChunkOutput(table, rejects, counts)
+
+    def _untrained(self, length: int) -> str:
+        """The reject reason of a row none of whose written tokens is trained on."""
+        cfg = self.cfg
+        if cfg.max_length is not None and length > cfg.max_length and cfg.overlong == "truncate":
+            return (f"no trained token in its first {cfg.max_length} tokens (of {length}): overlong: truncate cut all "
+                    "of the response; raise max_length or use overlong: split")
+        return "no trained token: the chat template marks none of this row's text for training"
 
 
 def make_formatter(cfg: PretokenizeConfig, tokenizer: ResolvedTokenizer) -> SFTFormatter | TextFormatter:
@@ -313,7 +330,8 @@ class TextJob:
 
     def summary(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
         keys = ("tokens", "tokens_trained") + (("pad_tokens",) if self.cfg.pack else ())
-        return {k: counts.get(k, 0) for k in keys}
+        split = self.cfg.max_length is not None and self.cfg.overlong == "split"
+        return {k: counts.get(k, 0) for k in keys + (("pieces_untrained", "pieces_untrained_tokens") if split else ())}
 
 
 def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
@@ -335,6 +353,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  rows: read {s['rows_read']:,} = written {s['rows_accepted']:,} + rejected {s['rows_rejected']:,}"
         + (f" -> {s['rows_written']:,} table rows" if s["rows_written"] != s["rows_accepted"] else ""),
         f"  tokens: {s['tokens']:,} ({s['tokens_trained']:,} trained on)" + (f", {s['pad_tokens']:,} pad" if "pad_tokens" in s else ""),
+        *([f"  split: {s['pieces_untrained']:,} piece(s) of prompt only ({s['pieces_untrained_tokens']:,} tokens, none trained) left out"]
+          if s.get("pieces_untrained") else []),
         f"  rejects: {s['rejects']}",
         f"  time: {s['seconds']['total']}s ({where_it_ran(s)}job {s['seconds']['job']}s) over {s['chunks']} chunks of {s['sources']} files",
     ]

@@ -32,7 +32,7 @@ import numpy as np
 from prep.io import storage
 from prep.errors import PrepError, one_line
 from prep.prepare import faults
-from prep.prepare.listing import IdRoot, ListedFile, check_unchanged, list_inputs, row_group_ranges
+from prep.prepare.listing import IdRoot, ListedFile, check_unchanged, dangling_link, list_inputs, row_group_ranges
 from prep.prepare.rejects import RAW_PREFIX_CHARS, Reject
 
 __all__ = ["SourceFile", "Chunk", "Records", "list_sources", "plan_chunks", "read_chunk", "InputFormat", "TextUnit"]
@@ -138,7 +138,7 @@ def plan_chunks(sources: list[SourceFile], chunk_bytes: int, text_unit: TextUnit
         kind = f"text-{text_unit}" if src.format == "text" else src.format
         if kind in _BYTE_RANGED and src.size > chunk_bytes and src.compression is None:
             chunks += [Chunk(src, s, min(s + chunk_bytes, src.size)) for s in range(0, src.size, chunk_bytes)]
-        elif kind == "parquet":
+        elif kind == "parquet" and src.size > 0:  # 0 bytes (or a dangling symlink): a file-level reject, no footer to read
             chunks += _parquet_chunks(src, chunk_bytes, s3)
         else:
             chunks.append(Chunk(src, 0, src.size))
@@ -190,23 +190,42 @@ def _read_line_range(chunk: Chunk, s3: storage.S3Options | None) -> tuple[bytes,
     return buf, offset
 
 
-def _count_lines_before(chunk: Chunk, offset: int, s3: storage.S3Options | None) -> int:
-    """Line number (0-based) of byte ``offset``; read only when a reject needs a line number."""
+def _count_lines_before(chunk: Chunk, offset: int, s3: storage.S3Options | None, universal: bool) -> int:
+    """Line number (0-based) of byte ``offset``; read only when a reject needs a line number.
+    ``universal``: a lone ``\\r`` ends a line too (text lines), as in :func:`_split_lines`."""
     if offset == 0:
         return 0
     fs, path = storage.filesystem(chunk.source.uri, s3)
-    count, left = 0, offset
+    count, left, after_cr = 0, offset, False
     with fs.open(path, "rb") as f:
         while left > 0:
             block = f.read(min(left, 1 << 24))
             if not block:
                 break
             count += block.count(b"\n")
+            if universal:  # each \r not followed by \n (a \r\n cut by the block boundary counts once)
+                count += block.count(b"\r") - block.count(b"\r\n") - (after_cr and block[:1] == b"\n")
+                after_cr = block.endswith(b"\r")
             left -= len(block)
     return count
 
 
-def _split_lines(buf: bytes, offset: int) -> tuple[list[bytes], np.ndarray]:
+_LINE_END = re.compile(rb"\r\n?|\n")
+
+
+def _split_lines(buf: bytes, offset: int, universal: bool = False) -> tuple[list[bytes], np.ndarray]:
+    """The lines of ``buf`` and their byte offsets. JSON lines end at ``\\n`` (a ``\\r`` before it is JSON
+    whitespace); ``universal`` text lines end at ``\\r\\n``, ``\\r`` or ``\\n`` (Python's text mode), endings left out."""
+    if universal and b"\r" in buf:
+        lines, starts, at = [], [], 0
+        for m in _LINE_END.finditer(buf):
+            lines.append(buf[at:m.start()])
+            starts.append(offset + at)
+            at = m.end()
+        if at < len(buf):
+            lines.append(buf[at:])
+            starts.append(offset + at)
+        return lines, np.asarray(starts, np.int64)
     lines = buf.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -217,7 +236,7 @@ def _split_lines(buf: bytes, offset: int) -> tuple[list[bytes], np.ndarray]:
 
 def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Records:
     buf, offset = _read_line_range(chunk, s3)
-    lines, starts = _split_lines(buf, offset)
+    lines, starts = _split_lines(buf, offset, universal=as_text)
     rows: list[Any] = []
     keep: list[int] = []
     bad: list[tuple[int, str, bytes]] = []
@@ -231,7 +250,7 @@ def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Re
             if armed:
                 faults.maybe_raise("parse", line.decode("utf-8", "replace"))
             if as_text:  # utf-8-sig: a byte-order mark opening the file is not text
-                value: Any = line.rstrip(b"\r").decode("utf-8-sig" if i == 0 and offset == 0 else "utf-8")
+                value: Any = line.decode("utf-8-sig" if i == 0 and offset == 0 else "utf-8")
             else:
                 value = _json_line(line)
                 if not isinstance(value, dict):
@@ -253,7 +272,7 @@ def _read_jsonl(chunk: Chunk, s3: storage.S3Options | None, as_text: bool) -> Re
     def line_no(i: int) -> str:
         nonlocal base
         if base is None:
-            base = _count_lines_before(chunk, offset, s3) + 1
+            base = _count_lines_before(chunk, offset, s3, universal=as_text) + 1
         return f"line {base + i}"
 
     rejects = [Reject(chunk.source.uri, line_no(i), reason, raw[: 4 * RAW_PREFIX_CHARS].decode("utf-8", "replace")) for i, reason, raw in bad]
@@ -330,19 +349,36 @@ def _read_csv(chunk: Chunk, s3: storage.S3Options | None) -> Records:
     import pyarrow.csv as pacsv
 
     rejects: list[Reject] = []
+    skipped: set[int] = set()
 
-    def on_invalid(row: Any) -> str:
-        rejects.append(Reject(chunk.source.uri, f"line {row.number}" if row.number else "line ?", f"CSV: expected {row.expected_columns} columns, got {row.actual_columns}", row.text or ""))
+    def on_invalid(row: Any) -> str:  # row.number counts records, the header as 1 (known when parsed on one thread)
+        skipped.add(row.number - 1)
+        rejects.append(Reject(chunk.source.uri, f"data row {row.number - 1}", f"CSV: expected {row.expected_columns} columns, got {row.actual_columns}", row.text or ""))
         return "skip"
 
     try:
-        table = pacsv.read_csv(io.BytesIO(_read_whole(chunk, s3)), parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid), convert_options=pacsv.ConvertOptions(strings_can_be_null=False))
+        table = pacsv.read_csv(io.BytesIO(_read_whole(chunk, s3)), read_options=pacsv.ReadOptions(use_threads=False),
+                               parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid), convert_options=pacsv.ConvertOptions(strings_can_be_null=False))
     except Exception as exc:
         raise PrepError(f"{chunk.source.uri}: cannot read CSV: {str(exc).splitlines()[0]}") from None
     rows = table.to_pylist()
     recs = Records(rows, np.arange(len(rows), dtype=np.int64), rejects)
-    recs.where = [f"data row {i + 1}" for i in range(len(rows))]
+    recs.where = [f"data row {n}" for n in _numbers_without(skipped, len(rows))]
     return recs
+
+
+def _numbers_without(skipped: set[int], count: int) -> list[int]:
+    """The first ``count`` of 1, 2, 3... that are not in ``skipped`` (the records a CSV reader kept).
+
+    >>> _numbers_without({2, 4}, 3)
+    [1, 3, 5]
+    """
+    out, n = [], 0
+    while len(out) < count:
+        n += 1
+        if n not in skipped:
+            out.append(n)
+    return out
 
 
 def _read_parquet(chunk: Chunk, s3: storage.S3Options | None) -> Records:
@@ -360,7 +396,14 @@ def _read_parquet(chunk: Chunk, s3: storage.S3Options | None) -> Records:
     return recs
 
 
-_PARAGRAPH = re.compile(rb"\n(?:[ \t\r]*\n)+")
+# A line ending (\r\n, \r or \n) and one or more blank lines (spaces and tabs only) after it.
+_EOL = rb"(?:\r\n|\r(?!\n)|\n)"  # one line ending: a \r\n is never read as two
+_PARAGRAPH = re.compile(_EOL + rb"(?:[ \t]*" + _EOL + rb")+")
+
+
+def _lf(text: str) -> str:
+    """``text`` with its line endings written ``\\n`` (a text without ``\\r`` is returned as it is)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _read_text_blocks(chunk: Chunk, s3: storage.S3Options | None, unit: TextUnit) -> Records:
@@ -378,7 +421,7 @@ def _read_text_blocks(chunk: Chunk, s3: storage.S3Options | None, unit: TextUnit
             pos = m.end()
         pieces.append((pos, data[pos:]))
         pieces = [(p, t) for p, t in pieces if t.strip()]
-    rows = [t.decode("utf-8-sig" if p == 0 else "utf-8") for p, t in pieces]  # a byte-order mark is not text
+    rows = [_lf(t.decode("utf-8-sig" if p == 0 else "utf-8")) for p, t in pieces]  # a byte-order mark is not text
     positions = np.asarray([p for p, _ in pieces], np.int64)
     recs = Records(rows, positions)
     recs.where = [f"byte {p}" for p in positions]
@@ -392,7 +435,7 @@ def read_chunk(chunk: Chunk, s3: storage.S3Options | None = None, text_unit: Tex
         PrepError: the file cannot be read, or it changed (size, mtime) since it was listed.
     """
     if chunk.source.size == 0:
-        return Records([], np.zeros(0, np.int64), [Reject(chunk.source.uri, "file", "empty file")])
+        return Records([], np.zeros(0, np.int64), [Reject(chunk.source.uri, "file", dangling_link(chunk.source.uri) or "empty file")])
     try:
         records = _read(chunk, s3, text_unit)
     except OSError as exc:

@@ -41,6 +41,12 @@ class TokenRows:
     def num_rows(self) -> int:
         return len(self.offsets) - 1
 
+    @property
+    def trained(self) -> np.ndarray:
+        """Trained tokens (loss mask 1) per row."""
+        total = np.concatenate(([0], np.cumsum(self.mask, dtype=np.int64)))
+        return total[self.offsets[1:]] - total[self.offsets[:-1]]
+
     def select(self, keep: np.ndarray) -> "TokenRows":
         """The rows where ``keep`` (bool per row) is true."""
         lengths = self.lengths
