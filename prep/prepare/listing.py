@@ -121,8 +121,9 @@ def _stamp(info: dict[str, Any]) -> str:
 def with_digest(file: ListedFile) -> ListedFile:
     """``file`` with the identity of its content: a SHA-256 of a local file's bytes (one read: GSM8K's 4.2 MB
     in 0.04 s, 245 photos of 27 MB in 0.23 s on this project's loaded 2-core machine); on an object store,
-    whose ETag already names the content, ``file`` as it is (no read)."""
-    if file.digest or file.etag or storage.is_remote(file.uri):
+    whose ETag already names the content, ``file`` as it is (no read); a dangling symlink as it is too (it has
+    no content: its reject says so)."""
+    if file.digest or file.etag or storage.is_remote(file.uri) or dangling_link(file.uri):
         return file
     try:
         with open(storage.fs_path(file.uri), "rb") as f:  # not fsspec's open: ~3 ms a file less (245 photos: 0.8 s -> 0.2 s)
