@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,8 @@ STACKS: dict[str, list[str]] = {
     "datasets 5.0.1": ["datasets==5.0.1"],
     "datasets 4.8.5": ["datasets==4.8.5"],
     "torch 2.12.1": ["torch==2.12.1", "torchvision==0.27.1"],
-    "all at once": ["numpy==2.4.6", "datasets==5.0.1", "torch==2.12.1"],
+    # the newest numpy, the oldest datasets prep installs beside (the lowest fsspec cap) and the oldest torch
+    "all at once": ["numpy==2.4.6", "datasets==4.8.5", "torch==2.12.1"],
 }
 
 
@@ -47,7 +49,7 @@ def resolve(pins: list[str], *, python: str = sys.executable, target: str = ".[h
              str(REPO) + target.removeprefix("."), *pins],
             capture_output=True, text=True, env=env, cwd=tmp)
         if proc.returncode != 0:
-            lines = [line for line in proc.stderr.splitlines() if line.startswith(("ERROR", "    ", "The conflict"))]
+            lines = [line for line in proc.stderr.splitlines() if re.match(r"ERROR|The conflict|    \S", line)]
             raise RuntimeError("\n".join(lines[-12:]) or proc.stderr[-2000:])
         installs = json.loads(report.read_text())["install"]
     return {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in installs}
