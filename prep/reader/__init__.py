@@ -6,7 +6,7 @@ line that says where the time goes. Never imports Ray.
 
 >>> import prep.reader
 >>> sorted(prep.reader.__all__)[:3]
-['Batch', 'DeviceFeed', 'Loader']
+['Batch', 'DeviceFeed', 'HF_IMAGE_KEYS']
 """
 
 from prep.reader.batch import Batch
