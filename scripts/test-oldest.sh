@@ -2,7 +2,7 @@
 # The test suite on the oldest versions prep claims: a fresh virtual environment with every
 # dependency of pyproject.toml (extras included) pinned to its lower bound (scripts/lower_bounds.py),
 # their own dependencies resolved by pip. Not part of CI (CI installs constraints/dev.txt); run it
-# when a lower bound changes and note the result in README "Versions".
+# when a lower bound changes and note the result in docs/versions.md.
 #   bash scripts/test-oldest.sh                      # the suite without the slow tests
 #   bash scripts/test-oldest.sh tests/test_reader.py # any pytest arguments
 # VENV (default /tmp/prep-oldest-venv) is recreated on every run; PYTHON picks the interpreter.

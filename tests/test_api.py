@@ -47,5 +47,5 @@ def test_the_prepare_functions_take_the_clis_flags_as_keywords():
     for command, function in (("pretokenize", prep.pretokenize), ("decode-images", prep.decode_images)):
         flags = {a.dest for a in commands(build_parser())[command]._actions if a.option_strings}
         params = set(inspect.signature(function).parameters)
-        cli_only = {"help", "json", "verbose", "quiet"}
+        cli_only = {"help", "json", "verbose", "quiet", "settings"}  # --set KEY=VALUE: the functions' **keys
         assert flags - cli_only <= params, f"{command}: flags without a keyword: {flags - cli_only - params}"

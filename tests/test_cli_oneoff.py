@@ -77,3 +77,100 @@ def test_relative_outputs_after_a_chdir_land_where_the_table_is(tmp_path, monkey
                          executor="local")
         assert lance.dataset(tmp_path / name / "x.lance").to_table().num_rows == 3
     assert [len(list((tmp_path / n / "x.lance" / "data").iterdir())) for n in ("first", "second")] == [1, 1]
+
+
+# --- every recipe key from the command line (issue 33: `--pack 1024` was "unrecognized arguments") -----------
+
+
+def _leaves(model: type, prefix: str = "") -> dict[str, object]:
+    """``{dotted key: default}`` for every leaf of a config model with a default (sections walked into)."""
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    out: dict[str, object] = {}
+    for name, field in model.model_fields.items():
+        section = field.annotation if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel) else None
+        if section is not None:
+            out |= _leaves(section, f"{prefix}{name}.")
+        elif field.default is not PydanticUndefined or field.default_factory is not None:
+            out[f"{prefix}{name}"] = field.get_default(call_default_factory=True)
+    return out
+
+
+@pytest.mark.parametrize("command", ["pretokenize", "decode-images"])
+def test_every_config_key_is_reachable_with_set_and_validated_as_the_yaml_is(command, tmp_path, capsys):
+    """Each key, set to its default, passes validation (the job then stops at the missing input); an unknown
+    key is one line naming it."""
+    import json
+
+    from prep.prepare.images.config import ImagesConfig
+    from prep.prepare.text.pretokenize import PretokenizeConfig
+
+    model, required = {"pretokenize": (PretokenizeConfig, ["--tokenizer", "builtin:mistral-v3", "--format", "sft"]),
+                       "decode-images": (ImagesConfig, [])}[command]
+    base = [command, "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o.lance"), *required]
+    leaves = _leaves(model)
+    assert {"chunk_bytes", "s3.retry.max_attempts", "ray.num_cpus", "item_timeout_s"} <= set(leaves)
+    for key, default in leaves.items():
+        value = json.dumps(default.get_secret_value() if hasattr(default, "get_secret_value") else default)
+        assert main([*base, "--set", f"{key}={value}"]) == 2
+        assert capsys.readouterr().err.strip() == f"prep {command}: error: input not found: {tmp_path / 'missing'}", key
+    assert main([*base, "--set", "s3.retry.max_atempts=3"]) == 2
+    assert capsys.readouterr().err.strip() == (f"prep {command}: error: argument 's3.retry.max_atempts': Extra inputs "
+                                               "are not permitted (got 3)")
+
+
+@pytest.fixture
+def captured_config(monkeypatch):
+    """The config each prepare command line builds (its job is not run)."""
+    from prep.prepare.images import job
+    from prep.prepare.text import pretokenize
+
+    seen = []
+    monkeypatch.setattr(pretokenize, "run_pretokenize", lambda cfg: seen.append(cfg) or {})
+    monkeypatch.setattr(job, "run_decode_images", lambda cfg: seen.append(cfg) or {})
+    monkeypatch.setattr("prep.prepare.text.pretokenize.format_summary", lambda summary: "")
+    monkeypatch.setattr("prep.prepare.images.job.format_summary", lambda summary: "")
+    return seen
+
+
+def test_named_flags_set_their_keys_and_win_over_set_and_the_config(captured_config, tmp_path):
+    config = tmp_path / "recipe.yaml"
+    config.write_text("tokenizer: builtin:mistral-v3\nformat: sft\nsft: {layout: qa, messages_column: turns}\n"
+                      "text_unit: file\n")
+    assert main(["pretokenize", "--config", str(config), "--input", "in.jsonl", "--output", "o.lance",
+                 "--pack", "1024", "--text-unit", "line", "--input-format", "jsonl", "--sft-layout", "messages",
+                 "--prompt-template", "Q: {prompt}\nA: ", "--response-template", "{response}",
+                 "--set", "text_unit=paragraph", "--set", "chunk_bytes=65536", "--set", "s3.retry.max_attempts=12"]) == 0
+    cfg = captured_config.pop()
+    assert cfg.pack.seq_len == 1024 and cfg.text_unit == "line" and cfg.input_format == "jsonl"
+    assert (cfg.sft.layout, cfg.sft.messages_column, cfg.sft.prompt_template, cfg.sft.response_template) == \
+        ("messages", "turns", "Q: {prompt}\nA: ", "{response}")  # the file's messages_column kept
+    assert cfg.chunk_bytes == 65536 and cfg.s3.retry.max_attempts == 12
+    assert main(["pretokenize", "--input", "in.jsonl", "--output", "o.lance", "--tokenizer", "t", "--format", "sft",
+                 "--passthrough", "uid,source"]) == 0
+    assert captured_config.pop().passthrough == ["uid", "source"]
+    assert main(["decode-images", "--input", "photos", "--output", "o.lance", "--size", "256x192", "--resize", "pad",
+                 "--interpolation", "bicubic", "--channels", "1", "--encode", "webp", "--quality", "80",
+                 "--keep-original", "--path-column", "file", "--label-column", "cls", "--image-column", "img",
+                 "--set", "pad_value=255", "--set", "label_column=null"]) == 0
+    cfg = captured_config.pop()
+    assert (cfg.size, cfg.resize, cfg.interpolation, cfg.channels, cfg.encode, cfg.quality, cfg.keep_original) == \
+        ((256, 192), "pad", "bicubic", 1, "webp", 80, True)
+    assert (cfg.path_column, cfg.label_column, cfg.image_column, cfg.pad_value) == ("file", "cls", "img", 255)
+
+
+def test_set_gives_the_required_keys_too(captured_config):
+    assert main(["pretokenize", "--input", "in.txt", "--output", "o.lance", "--set", "tokenizer=builtin:mistral-v3",
+                 "--set", "format=pretrain", "--set", "pack=2048"]) == 0
+    assert captured_config.pop().pack.seq_len == 2048
+
+
+def test_pack_from_a_flag_writes_packed_rows(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text(TEXT)
+    assert main(["pretokenize", "--input", "in.txt", "--output", "p.lance", "--tokenizer", "builtin:mistral-v3",
+                 "--format", "pretrain", "--pack", "16", "--text-unit", "line", "--executor", "local"]) == 0
+    assert "rows: read 6 = written 6 + rejected 0 -> 3 table rows" in capsys.readouterr().out  # a line, a document
+    table = lance.dataset(tmp_path / "p.lance").to_table()
+    assert {len(ids) for ids in table["input_ids"].to_pylist()} == {16} and "position_ids" in table.column_names

@@ -71,3 +71,25 @@ def test_prepared_table_read_through_a_plan_matches_its_materialized_output(tmp_
     resumed = ReaderDataset(prepared, global_batch_size=12, plan=plan, epochs=2, rank=1, world_size=2)
     resumed.load_state_dict({**materialized.state_dict(), "epoch": 1, "step": 7})
     assert [x.step for x in resumed] == [7, 8, 9]
+
+
+def test_image_batches_take_the_names_hf_image_models_take(tmp_path):
+    """Issue 33: image batches were {'image', 'label'}; HF image models take pixel_values= and labels=."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    from prep.errors import PrepError
+    from prep.reader import HF_IMAGE_KEYS
+
+    table, meta = rf.image_table(16, (8, 8, 3))
+    rf.write_materialized(str(tmp_path), table, meta, num_splits=2, epochs=1, strategy="sequential")
+    plain = next(iter(ReaderDataset(str(tmp_path), global_batch_size=4)))
+    hf = next(iter(ReaderDataset(str(tmp_path), global_batch_size=4, image_keys=HF_IMAGE_KEYS,
+                                 transform=lambda b: {**b, "pixel_values": b["pixel_values"].float() / 255})))
+    assert set(plain) == {"image", "label"} and set(hf) == {"pixel_values", "labels"}
+    assert torch.equal(hf["pixel_values"], plain["image"].float() / 255) and torch.equal(hf["labels"], plain["label"])
+    torch.manual_seed(0)
+    model = ViTForImageClassification(ViTConfig(image_size=8, patch_size=4, hidden_size=16, num_hidden_layers=1,
+                                                num_attention_heads=2, intermediate_size=32, num_labels=2))
+    assert model(**hf).loss.item() > 0  # the batch goes to the model as it is
+    with pytest.raises(PrepError, match=r"image_keys=\('x', 'x'\) must be two different names"):
+        ReaderDataset(str(tmp_path), global_batch_size=4, image_keys=("x", "x"))

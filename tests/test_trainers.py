@@ -171,6 +171,9 @@ def test_accelerate_epoch_loop_trains_each_reader_epoch_once_and_resume_restores
     resumed = reader_loader(accelerator, ReaderDataset(path, global_batch_size=G))
     resumed.load_state_dict(stopped.state_dict())  # what accelerator.load_state does with the saved state
     assert (resumed.position, resumed.steps_done) == ((1, 1), len(consumed))
+    from prep.integrations.progress import epochs_done, rows_per_epoch
+
+    assert epochs_done(resumed) == pytest.approx(4 / 3) and rows_per_epoch(resumed) == 3 * G  # what to log
     rest = [[(b.epoch, b.step, b.ids.copy()) for b in resumed] for _ in range(resumed.position[0], 2)]
     assert rest == [rest[0]] and [(e, t) for e, t, _ in rest[0]] == [(1, 1), (1, 2)]
 
@@ -202,3 +205,92 @@ def test_lightning_counts_the_loader_as_resumable_and_its_state_is_the_trained_b
     again.train_dataloader().load_state_dict(state)  # what Lightning's fit loop does on resume
     rest = [(b.epoch, b.step, b.ids.copy()) for b in again.train_dataloader()]
     assert_sequence([(trained.epoch, trained.step, trained.ids.copy())] + rest, reference[:3])
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=32768, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1))
+
+
+@pytest.mark.slow
+def test_hf_trainer_reports_the_readers_samples_and_an_epoch_that_continues_after_a_resume(out, tmp_path):
+    """Issue 33: Trainer counted samples with per_device_train_batch_size=8, which the reader ignores
+    (train_samples_per_second 0.589 for ~4.7 rows/s), and after a resume its epoch fell (0.0862 -> 0.008621)."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from prep.integrations.hf import ReaderTrainerMixin
+
+    class ReaderTrainer(ReaderTrainerMixin, Trainer):
+        pass
+
+    class Epochs(TrainerCallback):
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, float]] = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                self.seen.append((state.global_step, logs["epoch"]))
+
+    path, _ = out
+
+    def run(max_steps: int | None, resume: bool) -> tuple[list[tuple[int, float]], dict]:
+        args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=2,
+                                 max_steps=max_steps or -1, save_steps=2, logging_steps=1, report_to=[], use_cpu=True,
+                                 disable_tqdm=True)
+        epochs = Epochs()
+        trainer = ReaderTrainer(model=_tiny_llama(), args=args, train_dataset=ReaderDataset(path, global_batch_size=G),
+                                callbacks=[epochs])
+        assert trainer.num_examples(trainer.get_train_dataloader()) == 3 * G  # one epoch's rows, not its steps
+        metrics = trainer.train(resume_from_checkpoint=resume or None).metrics
+        return epochs.seen, metrics
+
+    first, _ = run(max_steps=2, resume=False)  # stops after step 2, checkpoint-2 saved (mid-epoch 0)
+    rest, metrics = run(max_steps=None, resume=True)
+    assert first == [(1, pytest.approx(1 / 3)), (2, pytest.approx(2 / 3))]
+    assert rest == [(s, pytest.approx(s / 3)) for s in (3, 4, 5, 6)]  # Trainer alone: 1/3, 2/3, 1.0, 4/3 after it
+    rows = 4 * G  # four steps of G rows trained in the resumed run (Trainer alone: 4 x 8)
+    assert metrics["train_samples_per_second"] * metrics["train_runtime"] == pytest.approx(rows, rel=0.02)
+
+
+@pytest.mark.slow
+def test_lightning_counts_the_readers_rows_and_its_epoch_and_step_continue_after_a_resume(out, tmp_path):
+    """Issue 33 asked for Lightning's numbers as HF Trainer's: Lightning sizes a batch itself (for ``self.log``
+    and ``ThroughputMonitor``: here the reader's local batch) and restores epoch, batch index and step from the
+    checkpoint (the reader seeks, Lightning skips nothing)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.utilities.data import extract_batch_size
+
+    from prep.integrations.lightning import ReaderDataModule
+
+    path, reference = out
+
+    class LM(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = _tiny_llama()
+            self.seen: list[tuple[int, int, int, int, int]] = []
+
+        def training_step(self, batch, batch_idx):
+            self.seen.append((self.current_epoch, batch_idx, self.global_step, batch.step, extract_batch_size(batch)))
+            return self.model(**batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def fit(max_steps: int, ckpt_path: str | None) -> LM:
+        module = LM()
+        trainer = L.Trainer(max_epochs=2, max_steps=max_steps, accelerator="cpu", logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True,
+                                                                                   every_n_train_steps=2)])
+        trainer.fit(module, datamodule=ReaderDataModule(path, global_batch_size=G), ckpt_path=ckpt_path)
+        return module
+
+    first = fit(max_steps=2, ckpt_path=None)
+    rest = fit(max_steps=-1, ckpt_path=str(tmp_path / "last.ckpt"))
+    assert [s[:4] for s in first.seen] == [(0, 0, 0, 0), (0, 1, 1, 1)]
+    assert [s[:4] for s in rest.seen] == [(0, 2, 2, 2), (1, 0, 3, 0), (1, 1, 4, 1), (1, 2, 5, 2)]
+    assert {s[4] for s in first.seen + rest.seen} == {G}  # rows Lightning counts per step: the reader's batch

@@ -22,7 +22,7 @@ from typing import NoReturn, Sequence
 
 from prep.errors import PrepError, TooManyRejects, one_line
 
-__all__ = ["OK", "MISMATCH", "UNUSABLE", "BUG", "OneLineParser", "at_least", "epilog", "stdout_closed", "end_quietly", "fail"]
+__all__ = ["OK", "MISMATCH", "UNUSABLE", "BUG", "OneLineParser", "at_least", "names", "epilog", "stdout_closed", "end_quietly", "fail"]
 
 OK, MISMATCH, UNUSABLE, BUG = 0, 1, 2, 3
 
@@ -60,6 +60,15 @@ def at_least(minimum: int):
         return value
 
     return parse
+
+
+def names(value: str) -> list[str]:
+    """An argparse ``type``: comma-separated names, blanks dropped.
+
+    >>> names("id, source,")
+    ['id', 'source']
+    """
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def _given_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> dict[str, str]:

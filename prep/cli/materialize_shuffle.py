@@ -7,7 +7,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-from prep.cli.exits import at_least
+from prep.cli.exits import at_least, names
 from prep.errors import PrepError
 from prep.materialize.options import DEFAULT_LANCE_FORMAT, EXECUTORS, LANCE_FORMATS, READ_ROWS
 from prep.plan import STRATEGIES
@@ -18,10 +18,6 @@ if TYPE_CHECKING:
     from prep.contracts.manifest import Manifest
 
 __all__ = ["register"]
-
-
-def _names(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,11 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "dividing it keeps each rank's reads on its own splits)")
     p.add_argument("--strategy", default="random", choices=list(STRATEGIES),
                    help="how rows are assigned to splits (default random)")
-    p.add_argument("--hash-columns", type=_names, default=["id"], help="comma-separated columns for --strategy hash (default id)")
+    p.add_argument("--hash-columns", type=names, default=["id"], help="comma-separated columns for --strategy hash (default id)")
     p.add_argument("--clump", type=at_least(1), default=1, help="rows per shuffled block (default 1)")
     p.add_argument("--seed", type=at_least(0), default=0, help="plan seed (default 0)")
     p.add_argument("--filter", help="Lance SQL filter: only matching rows are materialized, e.g. \"length <= 2048\"")
-    p.add_argument("--columns", type=_names, help="comma-separated columns to write (default: all)")
+    p.add_argument("--columns", type=names, help="comma-separated columns to write (default: all)")
     p.add_argument("--start-epoch", type=at_least(0), default=0, help="first epoch to write (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an output that holds a different plan")
     p.add_argument("--extend", action="store_true",

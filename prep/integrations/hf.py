@@ -23,6 +23,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from prep.errors import PrepError
+from prep.integrations.progress import epochs_done, rows_per_epoch
 from prep.integrations.ranks import check_rank
 from prep.reader import Loader, ReaderDataset
 
@@ -41,6 +42,11 @@ class ReaderStateCallback(TrainerCallback):
 
     def __init__(self, loader: Loader) -> None:
         self.loader = loader
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """The epoch Trainer logs, from the reader: after a resume Trainer skipped nothing (the reader
+        seeked), so its own fraction would restart at the epoch's first step."""
+        state.epoch = epochs_done(self.loader)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.is_world_process_zero:
@@ -63,7 +69,10 @@ class ReaderTrainerMixin:
     ``train_dataset`` must be a :class:`~prep.reader.ReaderDataset`. Batches go to the model as the
     reader built them (one local batch per Trainer micro-step; Trainer moves them to the device),
     ``len()`` is the steps of an epoch, worker processes come from ``dataloader_num_workers``.
-    Resuming sets ``ignore_data_skip``: the reader seeks to the next batch itself.
+    Resuming sets ``ignore_data_skip``: the reader seeks to the next batch itself. Trainer's numbers
+    come from the reader: samples (``train_samples_per_second``) count the reader's batch, not
+    ``per_device_train_batch_size``, and the logged ``epoch`` is :func:`~prep.integrations.progress.epochs_done`,
+    which continues after a resume.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -73,11 +82,20 @@ class ReaderTrainerMixin:
             raise PrepError(f"ReaderTrainerMixin needs train_dataset=ReaderDataset(...), got {type(dataset).__name__}")
         check_rank(dataset, self.args.process_index, self.args.world_size, "Trainer")
         self.reader_loader = Loader(dataset, num_workers=self.args.dataloader_num_workers, epoch_per_iter=True)
+        # Trainer counts samples (train_samples_per_second, "Total train batch size") with this, which it takes
+        # from per_device_train_batch_size: a rank trains the reader's local batch instead.
+        self._train_batch_size = dataset.local_batch_size
         self.reader_callback = ReaderStateCallback(self.reader_loader)
         self.add_callback(self.reader_callback)
 
     def get_train_dataloader(self) -> Loader:
         return self.reader_loader
+
+    def num_examples(self, dataloader: Any) -> int:
+        """Rows of one epoch (Trainer's ``len(dataloader.dataset)`` would be the reader's steps)."""
+        if dataloader is self.reader_loader:
+            return rows_per_epoch(self.reader_loader)
+        return super().num_examples(dataloader)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
         checkpoint = resume_from_checkpoint

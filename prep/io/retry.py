@@ -3,25 +3,27 @@
 One :class:`RetryPolicy` configures every layer that talks to a remote: botocore
 (``standard`` retry mode, timeouts), s3fs (its request retries) and Lance's object
 store (``client_max_retries``, ``request_timeout``...; see :mod:`prep.io.storage`), and
-prep's own copies (:func:`call`, the reader cache's fetch stage) retry with exponential
-backoff, full jitter and a cap. :class:`Aimd` bounds how many requests are in flight
+prep's own copies (:func:`call`, the reader cache's fetch stage) and S3 listings
+(:func:`call_async`, :mod:`prep.io.s3_listing`) retry with exponential backoff, full jitter
+and a cap. :class:`Aimd` bounds how many requests are in flight
 and halves that under throttling (additive increase, multiplicative decrease), so a
 throttled bucket sees fewer requests instead of more retries.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from prep.errors import PrepError, one_line
 
-__all__ = ["RetryPolicy", "retryable", "throttled", "call", "Aimd", "RetryCounter"]
+__all__ = ["RetryPolicy", "retryable", "throttled", "call", "call_async", "Aimd", "RetryCounter"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -126,6 +128,23 @@ class RetryCounter:
             self.throttled += throttled(exc)
 
 
+def _next_wait(exc: BaseException, attempt: int, policy: RetryPolicy, counter: RetryCounter | None = None,
+               limiter: "Aimd | None" = None) -> float | None:
+    """Seconds to wait before another try after ``exc`` failed try ``attempt`` (0-based); None: the error
+    is final or the tries are spent."""
+    if not retryable(exc):
+        return None
+    if limiter is not None and throttled(exc):
+        limiter.throttled()
+    if attempt + 1 == policy.max_attempts:
+        return None
+    if counter is not None:
+        counter.add(exc)
+    wait = policy.backoff(attempt)
+    log.debug("retrying in %.2fs after %s", wait, one_line(exc))
+    return wait
+
+
 def call(fn: Callable[[], T], *, what: str, policy: RetryPolicy | None = None, counter: RetryCounter | None = None,
          limiter: "Aimd | None" = None, sleep: Callable[[float], None] = time.sleep) -> T:
     """``fn()``, retried under ``policy`` while it fails with a :func:`retryable` error.
@@ -138,24 +157,36 @@ def call(fn: Callable[[], T], *, what: str, policy: RetryPolicy | None = None, c
         try:
             out = fn()
         except Exception as exc:  # classified below: final errors go straight to the caller
-            if not retryable(exc):
+            wait = _next_wait(exc, attempt, policy, counter, limiter)
+            if wait is None:
                 if isinstance(exc, PrepError):
                     raise
+                if retryable(exc):
+                    raise PrepError(f"{what}: still failing after {policy.max_attempts} attempts "
+                                    f"({one_line(exc, limit=300)})") from exc
                 raise PrepError(f"{what}: {one_line(exc, limit=300)}") from exc
-            if limiter is not None and throttled(exc):
-                limiter.throttled()
-            if attempt + 1 == policy.max_attempts:
-                raise PrepError(f"{what}: still failing after {policy.max_attempts} attempts "
-                                f"({one_line(exc, limit=300)})") from exc
-            if counter is not None:
-                counter.add(exc)
-            wait = policy.backoff(attempt)
-            log.debug("retrying %s in %.2fs after %s", what, wait, one_line(exc))
             sleep(wait)
         else:
             if limiter is not None:
                 limiter.succeeded()
             return out
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+async def call_async(fn: Callable[[], Awaitable[T]], *, policy: RetryPolicy) -> T:
+    """``await fn()``, retried under ``policy`` while it fails with a :func:`retryable` error.
+
+    Unlike :func:`call`, the last error is raised as it is: the callers are fsspec's own methods
+    (``exists`` reads a ``FileNotFoundError`` as False), under prep's listing retries (:mod:`prep.io.s3_listing`).
+    """
+    for attempt in range(policy.max_attempts):
+        try:
+            return await fn()
+        except Exception as exc:  # classified below: final errors go straight to the caller
+            wait = _next_wait(exc, attempt, policy)
+            if wait is None:
+                raise
+            await asyncio.sleep(wait)
     raise AssertionError("unreachable")  # the loop returns or raises
 
 

@@ -199,17 +199,19 @@ def fs_path(uri: str) -> str:
 
 
 def _s3fs(opts: S3Options, retries: bool) -> fsspec.AbstractFileSystem:
-    """s3fs retries (its own backoff: 0.1 s x 1.7^n, capped at 15 s) what :func:`prep.io.retry.retryable` accepts;
-    botocore's retries are off, or the two loops would multiply each other."""
+    """s3fs retries (its own backoff: 0.1 s x 1.7^n, capped at 15 s) what :func:`prep.io.retry.retryable` accepts,
+    and prep retries its listings whole (:mod:`prep.io.s3_listing`: s3fs before 2026.9.0 does not retry a
+    listing's pages); botocore's retries are off, or the loops would multiply each other."""
     import s3fs  # imported here: only s3:// needs it, and it loads aiobotocore
+
+    from prep.io.s3_listing import S3ListingRetries
 
     s3fs.core.set_custom_error_handler(retryable)
     client_kwargs: dict[str, Any] = {"region_name": opts.region}
     if opts.endpoint_url:
         client_kwargs["endpoint_url"] = opts.endpoint_url
     policy = opts.retry
-    fs = fsspec.filesystem(
-        "s3",
+    fs = S3ListingRetries(
         key=opts.access_key_id,
         secret=opts.secret_access_key,
         token=opts.session_token,
@@ -219,6 +221,7 @@ def _s3fs(opts: S3Options, retries: bool) -> fsspec.AbstractFileSystem:
         skip_instance_cache=not retries,  # the single-try instance is not the shared one
     )
     fs.retries = policy.max_attempts if retries else 1  # s3fs's loop around each call (not a constructor argument)
+    fs.retry_policy = policy  # the backoff of the listings' retries
     return fs
 
 

@@ -3,7 +3,7 @@
 ``prep.pretokenize(...)`` is ``prep pretokenize ...`` and ``prep.decode_images(...)`` is
 ``prep decode-images ...``: each flag is a keyword argument of the same name (``--max-length``
 is ``max_length``), ``config`` is ``--config``, and any other key of the config file can be
-given as a keyword too (``pack={"seq_len": 2048}``). The CLI calls these functions, so the
+given as a keyword too (``pack=2048``, ``sft={"layout": "qa"}``), as on the command line with ``--set``. The CLI calls these functions, so the
 two cannot drift apart. Relative paths resolve from the current directory.
 """
 
@@ -35,6 +35,13 @@ def pretokenize(
     messages_column: str | None = None,
     max_length: int | None = None,
     overlong: str | None = None,
+    pack: int | None = None,
+    input_format: str | None = None,
+    text_unit: str | None = None,
+    passthrough: list[str] | None = None,
+    sft_layout: str | None = None,
+    prompt_template: str | None = None,
+    response_template: str | None = None,
     overwrite: bool | None = None,
     append: bool | None = None,
     update: bool | None = None,
@@ -60,6 +67,13 @@ def pretokenize(
         messages_column: the SFT column with a list of ``{role, content}`` (default ``messages``).
         max_length: the longest row allowed, in tokens (default: no limit).
         overlong: ``"truncate"``, ``"reject"`` (default) or ``"split"`` for longer rows.
+        pack: pack documents into rows of exactly this many tokens (config ``pack: {seq_len: N}``).
+        input_format: ``"auto"`` (default: by extension), ``"jsonl"``, ``"json"``, ``"parquet"``, ``"csv"`` or ``"text"``.
+        text_unit: a plain text file's document: ``"line"``, ``"paragraph"`` (default) or ``"file"``.
+        passthrough: source fields copied to the table as strings (not with ``pack``).
+        sft_layout: ``"auto"`` (default), ``"alpaca"``, ``"qa"`` or ``"messages"`` (config ``sft.layout``).
+        prompt_template: a format string over ``{prompt}`` instead of the chat template (``sft.prompt_template``).
+        response_template: a format string over ``{response}``; EOS is appended (``sft.response_template``).
         overwrite: replace a table prep wrote at ``output``.
         append: add the input files the table at ``output`` does not hold yet, as one new version
             (docs/guide.md, "Growing a table"); exclusive with ``overwrite``.
@@ -86,9 +100,11 @@ def pretokenize(
     from prep.runtime.config import load_config, merge
     from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 
-    sft = {"messages_column": messages_column} if messages_column else None
-    named = dict(tokenizer=tokenizer, format=format, text_column=text_column, sft=sft, max_length=max_length,
-                 overlong=overlong, **_job_keys(input=input, output=output, overwrite=overwrite, append=append, update=update, remove_missing=remove_missing, executor=executor,
+    sft = {k: v for k, v in (("messages_column", messages_column), ("layout", sft_layout),
+                             ("prompt_template", prompt_template), ("response_template", response_template)) if v is not None}
+    named = dict(tokenizer=tokenizer, format=format, text_column=text_column, sft=sft or None, max_length=max_length,
+                 overlong=overlong, pack=pack, input_format=input_format, text_unit=text_unit, passthrough=passthrough,
+                 **_job_keys(input=input, output=output, overwrite=overwrite, append=append, update=update, remove_missing=remove_missing, executor=executor,
                                                 ray_address=ray_address, ray_resources=ray_resources,
                                                 max_reject_fraction=max_reject_fraction))
     cfg = load_config(PretokenizeConfig, config, **merge(keys, named))
@@ -102,6 +118,15 @@ def decode_images(
     output: str | None = None,
     source: str | None = None,
     size: int | tuple[int, int] | None = None,
+    resize: str | None = None,
+    interpolation: str | None = None,
+    channels: int | None = None,
+    encode: str | None = None,
+    quality: int | None = None,
+    keep_original: bool | None = None,
+    path_column: str | None = None,
+    label_column: str | None = None,
+    image_column: str | None = None,
     overwrite: bool | None = None,
     append: bool | None = None,
     update: bool | None = None,
@@ -123,6 +148,13 @@ def decode_images(
         output: the Lance table to write.
         source: ``"auto"`` (default), ``"imagefolder"``, ``"manifest"``, ``"webdataset"`` or ``"parquet"``.
         size: output side (square) or ``(height, width)`` (default 224).
+        resize: ``"crop"`` (default: scale the shorter side, center-crop) or ``"pad"``.
+        interpolation: ``"bilinear"`` (default), ``"bicubic"``, ``"nearest"`` or ``"nearest-exact"``.
+        channels: 3 (RGB, default) or 1 (grayscale).
+        encode: ``"none"`` (default), ``"jpeg"`` or ``"webp"``: also store the resized image re-encoded.
+        quality: JPEG/WebP quality 1-100 (default 90).
+        keep_original: keep the source bytes as a Lance blob column.
+        path_column, label_column, image_column: the columns of a manifest or Parquet input.
         overwrite, append, update, remove_missing, executor, ray_address, ray_resources, max_reject_fraction: as for :func:`pretokenize`.
         **keys: any other key of :class:`prep.prepare.images.config.ImagesConfig`.
 
@@ -136,7 +168,9 @@ def decode_images(
     from prep.prepare.images.config import ImagesConfig
     from prep.prepare.images.job import run_decode_images
 
-    named = dict(source=source, size=size, **_job_keys(input=input, output=output, overwrite=overwrite, append=append,
+    named = dict(source=source, size=size, resize=resize, interpolation=interpolation, channels=channels, encode=encode,
+                 quality=quality, keep_original=keep_original, path_column=path_column, label_column=label_column,
+                 image_column=image_column, **_job_keys(input=input, output=output, overwrite=overwrite, append=append,
                                                        update=update, remove_missing=remove_missing, executor=executor, ray_address=ray_address,
                                                        ray_resources=ray_resources,
                                                        max_reject_fraction=max_reject_fraction))

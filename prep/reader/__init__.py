@@ -6,14 +6,15 @@ line that says where the time goes. Never imports Ray.
 
 >>> import prep.reader
 >>> sorted(prep.reader.__all__)[:3]
-['Batch', 'DeviceFeed', 'Loader']
+['Batch', 'DeviceFeed', 'HF_IMAGE_KEYS']
 """
 
 from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
 from prep.reader.loader import Loader
+from prep.reader.spec import HF_IMAGE_KEYS
 from prep.reader.stage import ReaderError
 from prep.reader.stats import StatsSnapshot
 
-__all__ = ["Batch", "DeviceFeed", "Loader", "ReaderDataset", "ReaderError", "StatsSnapshot"]
+__all__ = ["Batch", "DeviceFeed", "HF_IMAGE_KEYS", "Loader", "ReaderDataset", "ReaderError", "StatsSnapshot"]

@@ -250,5 +250,5 @@ def _images(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpe
         image = torch.from_numpy(pixels[j])
         if spec.image_layout == "NCHW":
             image = image.permute(0, 3, 1, 2)  # a channels_last-strided NCHW view of the same buffer
-        out.append(({"image": image, "label": torch.from_numpy(labels[j])}, 0))
+        out.append(({spec.image_keys[0]: image, spec.image_keys[1]: torch.from_numpy(labels[j])}, 0))
     return out

@@ -64,6 +64,9 @@ class ReaderDataset(IterableDataset):
         token_dtype: dtype of ``input_ids``/``position_ids`` (default int64).
         pad_to_multiple_of: round padded lengths up to a multiple (default 1).
         image_layout: ``NCHW`` (default) or ``NHWC``.
+        image_keys: the batch keys of an image table's pixels and labels: ``("image", "label")`` (default),
+            or ``prep.reader.HF_IMAGE_KEYS`` = ``("pixel_values", "labels")``, the names HF image models take.
+            Text batches use HF's names already (``input_ids``, ``labels``, ``position_ids``).
         return_loss_mask: also return ``loss_mask`` (default False).
         pin_memory: build batches in pinned host memory, on the batch-building threads (default False; needs CUDA).
         batch_threads: threads building batches (default 2).
@@ -93,6 +96,7 @@ class ReaderDataset(IterableDataset):
                  token_dtype: torch.dtype = ReaderOptions.token_dtype,
                  pad_to_multiple_of: int = ReaderOptions.pad_to_multiple_of,
                  image_layout: Literal["NCHW", "NHWC"] = ReaderOptions.image_layout,
+                 image_keys: tuple[str, str] = ReaderOptions.image_keys,
                  return_loss_mask: bool = ReaderOptions.return_loss_mask, pin_memory: bool = ReaderOptions.pin_memory,
                  batch_threads: int = ReaderOptions.batch_threads, read_bytes: int = ReaderOptions.read_bytes,
                  raw_chunks: int = ReaderOptions.raw_chunks, prefetch_batches: int = ReaderOptions.prefetch_batches,
@@ -101,7 +105,8 @@ class ReaderDataset(IterableDataset):
         super().__init__()
         self.options = ReaderOptions(
             transform=transform, transform_threads=transform_threads, pad_id=pad_id, token_dtype=token_dtype,
-            pad_to_multiple_of=pad_to_multiple_of, image_layout=image_layout, return_loss_mask=return_loss_mask,
+            pad_to_multiple_of=pad_to_multiple_of, image_layout=image_layout, image_keys=image_keys,
+            return_loss_mask=return_loss_mask,
             pin_memory=pin_memory, batch_threads=batch_threads, read_bytes=read_bytes, raw_chunks=raw_chunks,
             prefetch_batches=prefetch_batches, fetch_threads=fetch_threads)
         self.layout, chosen = open_layout(path, global_batch_size=global_batch_size, plan=plan, epochs=epochs, s3=s3)

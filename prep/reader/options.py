@@ -30,6 +30,7 @@ class ReaderOptions:
         token_dtype: dtype of ``input_ids``/``position_ids``.
         pad_to_multiple_of: round padded lengths up to a multiple.
         image_layout: ``NCHW`` or ``NHWC``.
+        image_keys: batch keys of an image table's pixels and labels (``HF_IMAGE_KEYS`` for HF models).
         return_loss_mask: also return ``loss_mask``.
         pin_memory: build batches in pinned host memory (ignored without CUDA).
         batch_threads: threads building batches.
@@ -45,6 +46,7 @@ class ReaderOptions:
     token_dtype: torch.dtype = torch.int64
     pad_to_multiple_of: int = 1
     image_layout: Literal["NCHW", "NHWC"] = "NCHW"
+    image_keys: tuple[str, str] = ("image", "label")
     return_loss_mask: bool = False
     pin_memory: bool = False
     batch_threads: int = 2
@@ -57,4 +59,5 @@ class ReaderOptions:
         """The collate spec for a table with this ``prep`` metadata whose rows have ``columns``."""
         return spec_from_metadata(metadata, pad_id=self.pad_id, token_dtype=self.token_dtype,
                                   pad_to_multiple_of=self.pad_to_multiple_of, image_layout=self.image_layout,
+                                  image_keys=self.image_keys,
                                   return_loss_mask=self.return_loss_mask, sources=sources, columns=columns)

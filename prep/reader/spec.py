@@ -16,7 +16,10 @@ import torch
 from prep.contracts.table import TEXT_KINDS, TableMetadata
 from prep.errors import PrepError
 
-__all__ = ["CollateSpec", "TEXT_KINDS", "COLUMNS", "OPTIONAL", "spec_from_metadata", "row_bytes"]
+__all__ = ["CollateSpec", "TEXT_KINDS", "COLUMNS", "OPTIONAL", "HF_IMAGE_KEYS", "spec_from_metadata", "row_bytes"]
+
+# The keys HF image models (``AutoModelForImageClassification``...) take: ``model(pixel_values=, labels=)``.
+HF_IMAGE_KEYS = ("pixel_values", "labels")
 
 
 
@@ -32,6 +35,8 @@ class CollateSpec:
         pad_to_multiple_of: round each batch's padded length up to a multiple (shape buckets).
         image_shape: ``(H, W, C)`` of image rows.
         image_layout: ``NCHW`` (a channels-last view, no copy) or ``NHWC``.
+        image_keys: the batch keys of the pixels and the labels of image rows: ``("image", "label")``
+            (default) or the names HF image models take, :data:`HF_IMAGE_KEYS` (``pixel_values``, ``labels``).
         return_loss_mask: also return ``loss_mask`` (uint8).
         sources: tables of a mixture (its rows carry a ``source`` column, counted per batch); 0 otherwise.
         absent: optional columns the rows lack (:data:`OPTIONAL`: ``id``, and ``loss_mask`` of unpacked
@@ -45,6 +50,7 @@ class CollateSpec:
     pad_to_multiple_of: int = 1
     image_shape: tuple[int, int, int] | None = None
     image_layout: Literal["NCHW", "NHWC"] = "NCHW"
+    image_keys: tuple[str, str] = ("image", "label")
     return_loss_mask: bool = False
     sources: int = 0
     absent: tuple[str, ...] = ()
@@ -56,6 +62,9 @@ class CollateSpec:
             raise PrepError(f"pad_to_multiple_of={self.pad_to_multiple_of} must be >= 1")
         if self.image_layout not in ("NCHW", "NHWC"):
             raise PrepError(f"image_layout={self.image_layout!r} must be 'NCHW' or 'NHWC'")
+        if len(self.image_keys) != 2 or len(set(self.image_keys)) != 2 or not all(isinstance(k, str) and k for k in self.image_keys):
+            raise PrepError(f"image_keys={self.image_keys!r} must be two different names: (pixels, labels), e.g. "
+                            f"{HF_IMAGE_KEYS}")
         if self.kind == "images" and (self.image_shape is None or len(self.image_shape) != 3):
             raise PrepError(f"image_shape={self.image_shape!r} must be (H, W, C) for image tables")
 
@@ -77,8 +86,8 @@ OPTIONAL = {"sft": ("id", "loss_mask"), "pretrain": ("id", "loss_mask"), "packed
 
 def spec_from_metadata(meta: TableMetadata, *, pad_id: int | None = None,
                        token_dtype: torch.dtype = torch.int64, pad_to_multiple_of: int = 1,
-                       image_layout: Literal["NCHW", "NHWC"] = "NCHW", return_loss_mask: bool = False,
-                       sources: int = 0, columns: Sequence[str] | None = None) -> CollateSpec:
+                       image_layout: Literal["NCHW", "NHWC"] = "NCHW", image_keys: tuple[str, str] = ("image", "label"),
+                       return_loss_mask: bool = False, sources: int = 0, columns: Sequence[str] | None = None) -> CollateSpec:
     """The collate spec for a table described by its ``prep`` metadata (kind, tokenizer, image shape).
 
     A table prep did not write (``meta.inferred``) may lack optional columns: those of ``columns`` (the
@@ -113,8 +122,8 @@ def spec_from_metadata(meta: TableMetadata, *, pad_id: int | None = None,
         if pad_id is None:
             raise PrepError("the table metadata names no tokenizer pad_id or eos_id: pass pad_id=")
     return CollateSpec(kind=kind, pad_id=int(pad_id or 0), token_dtype=token_dtype, pad_to_multiple_of=pad_to_multiple_of,
-                       image_shape=image_shape, image_layout=image_layout, return_loss_mask=return_loss_mask,
-                       sources=sources, absent=absent)
+                       image_shape=image_shape, image_layout=image_layout, image_keys=tuple(image_keys),
+                       return_loss_mask=return_loss_mask, sources=sources, absent=absent)
 
 
 def row_bytes(meta: TableMetadata, spec: CollateSpec) -> int:

@@ -16,7 +16,7 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prep.errors import one_line
 from prep.io import storage
@@ -73,7 +73,7 @@ class PretokenizeConfig(JobConfig):
         text_column: the document field for structured pretraining rows.
         max_length: the longest row allowed (tokens); None for no limit.
         overlong: what to do with longer rows: ``truncate``, ``reject`` or ``split``.
-        pack: pack rows into fixed-length sequences.
+        pack: pack rows into fixed-length sequences (`pack: {seq_len: N}`, or `pack: N` for short).
         passthrough: source fields copied to the table as strings (not with ``pack``).
     """
 
@@ -87,6 +87,12 @@ class PretokenizeConfig(JobConfig):
     overlong: OverlongPolicy = "reject"
     pack: PackConfig | None = None
     passthrough: list[str] = []
+
+    @field_validator("pack", mode="before")
+    @classmethod
+    def _pack_seq_len(cls, value: Any) -> Any:
+        """``pack: 2048`` (and ``--pack 2048``) is short for ``pack: {seq_len: 2048}``."""
+        return {"seq_len": value} if isinstance(value, int) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _check(self) -> "PretokenizeConfig":

@@ -33,8 +33,16 @@ _MISTRAL_CHAT_TEMPLATE = (
 
 
 def _builtin_mistral_v3_dir() -> Path:
-    """A tokenizer directory built once from mistral-common's shipped model (cached)."""
-    import mistral_common
+    """A tokenizer directory built once from mistral-common's shipped model (cached).
+
+    Raises:
+        PrepError: mistral-common (the ``mistral`` extra) is not installed.
+    """
+    try:
+        import mistral_common
+    except ImportError:
+        raise PrepError(f"{BUILTIN_MISTRAL_V3} needs the mistral-common package: pip install 'prep-lance[mistral]' "
+                        "(or give a tokenizer directory or hub id)") from None
 
     model = Path(mistral_common.__file__).parent / "data" / "mistral_instruct_tokenizer_240323.model.v3"
     cache = Path(os.environ.get("PREP_CACHE", Path.home() / ".cache" / "prep")) / "tokenizers" / "mistral-v3"
