@@ -73,12 +73,12 @@ class SourceEntry:
         if unknown:
             raise fail(unknown[0], raw[unknown[0]], f"one of the known fields {sorted(_NAMES)}")
         out: dict[str, Any] = {"uri": uri}
-        for name in ("key", "etag", "stamp", "digest"):
-            if raw.get(name) is not None:
+        for name in ("key", "etag", "stamp", "digest"):  # "" is not set, as to_json writes it
+            if raw.get(name) not in (None, ""):
                 if not isinstance(raw[name], str):
                     raise fail(name, raw[name], "a string")
                 out[name] = raw[name]
-        if raw.get("mtime") is not None:
+        if raw.get("mtime") not in (None, ""):
             if isinstance(raw["mtime"], bool) or not isinstance(raw["mtime"], (str, int, float)):
                 raise fail("mtime", raw["mtime"], "a time")
             out["mtime"] = str(raw["mtime"])
