@@ -26,7 +26,7 @@ from typing import Any
 from prep.io import storage
 from prep.errors import PrepError
 from prep.io.jsonfile import read_json_file
-from prep.contracts.ownership import MARKER
+from prep.contracts.marker import JOB_MARKER
 from prep.contracts.table import TableMetadata
 from prep.plan.spec import PlanSpec
 
@@ -373,7 +373,7 @@ def read_manifest(path: str, s3: storage.S3Options | None = None) -> Manifest:
                             "through an on-the-fly plan (ReaderDataset(path, ...) or plan=...), or materialize it with "
                             f"`prep materialize-shuffle --table {path} --output DIR`")
         hint = ""
-        if storage.exists(storage.join(path, MARKER), s3):
+        if storage.exists(storage.join(path, JOB_MARKER), s3):
             hint = " (a run was started there but has not finished: rerun it)"
         raise PrepError(
             f"{path} is not a materialized output: no {MANIFEST}{hint}; run `prep materialize-shuffle --output {path}` "
