@@ -53,7 +53,7 @@ import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Iterator, Literal, Protocol, Sequence
 
 from prep.contracts.file_index import INDEX_DIR
 from prep.contracts.marker import JOB_MARKER, JobMarker
@@ -247,7 +247,7 @@ def hold(uris: Sequence[str], job: str, s3: storage.S3Options | None = None) -> 
             lease.check()
 
 
-class _Slot:
+class _Slot(Protocol):
     """Where one lease record lives; ``take`` returns the dead holder it replaced (None: it was free)."""
 
     def take(self, me: Holder, stale_after: float) -> Holder | None: ...
