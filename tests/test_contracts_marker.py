@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass, replace
 
 import pytest
 
 from prep.contracts import ownership
 from prep.contracts.marker import JOB_MARKER, JobMarker, PinnedSource
 from prep.errors import PrepError
+from prep.io import storage
+from prep.materialize import run
 from prep.plan.spec import MixtureSource, MixtureSpec, PlanSpec
 
 _MIXTURE = PlanSpec(num_splits=4, mixture=MixtureSpec(sources=(MixtureSource(table="/t/a.lance", weight=1.0, version=2),
@@ -62,3 +66,52 @@ def test_job_marker_needs_all_plan_keys_or_none():
         JobMarker.from_json({k: v for k, v in _GOOD.items() if k != "plan"}, "m")
     with pytest.raises(PrepError, match="must be a JSON object, not list"):
         JobMarker.from_json([], "m")
+
+
+# ------------------------------------------------------------ the marker at a materialized output
+
+
+@dataclass(frozen=True)
+class _Job:
+    """The part of a resolved run that claiming an output reads (prep.materialize.run.ResolvedRun)."""
+
+    output: str
+    plan: PlanSpec
+    source: str = "/t/a.lance"
+    version: int = 2
+    s3: storage.S3Options = storage.S3Options()
+    lance_format: str = "stable"
+
+    @property
+    def fingerprint(self) -> str:
+        return self.plan.fingerprint(self.source, self.version)
+
+    def lance_options(self, uri: str) -> dict[str, str] | None:
+        return None
+
+
+def _moved(plan: PlanSpec, version: int) -> PlanSpec:
+    assert plan.mixture is not None
+    first = replace(plan.mixture.sources[0], version=version)
+    return replace(plan, mixture=replace(plan.mixture, sources=(first, *plan.mixture.sources[1:])))
+
+
+def test_the_claimed_plan_is_read_back_typed_and_a_moved_table_is_named(tmp_path):
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    first = _Job(out, _MIXTURE)
+    run.claim(first, run.existing_output(out, first.s3), overwrite=False)
+    found = run.existing_output(out, first.s3)
+    assert isinstance(found, JobMarker) and found.plan == _MIXTURE and found.source == PinnedSource("/t/a.lance", 2)
+    assert found.fingerprint == first.fingerprint
+    run.claim(first, found, overwrite=False)  # the same plan: resumed
+    grown = _Job(out, _moved(_MIXTURE, 3))
+    with pytest.raises(PrepError, match=r"holds a different plan .*/t/a.lance version 2 -> 3: a table grew"):
+        run.claim(grown, found, overwrite=False)
+
+
+def test_a_table_marker_at_a_materialize_output_is_refused(tmp_path):
+    ownership.claim_outputs([str(tmp_path)], "prep pretokenize", overwrite=False)
+    with pytest.raises(PrepError, match=r"_prep_job.json was not written by prep materialize-shuffle "
+                                        r"\(it marks the output of prep pretokenize\)"):
+        run.existing_output(str(tmp_path), storage.S3Options())
