@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO
 from fault_proxy import FaultProxy
 from prep.cli import main as cli_main
-from prep.contracts.ownership import MARKER
+from prep.contracts.marker import JOB_MARKER
 from test_images import HYMENOPTERA
 
 COMMANDS = {
@@ -82,13 +82,13 @@ def test_a_dead_jobs_leftovers_are_cleared_and_the_rerun_succeeds(tokenizer_dir,
     out = tmp_path / "o.lance"
     (out / "data").mkdir(parents=True)
     (out / "data" / "orphan.lance").write_bytes(b"half a fragment")
-    (out / MARKER).write_text('{"written_by": "prep"}')
+    (out / JOB_MARKER).write_text('{"written_by": "prep"}')
     src = tmp_path / "in.jsonl"
     with open(shared_data / "gsm8k" / "train.jsonl") as f:
         src.write_text("".join(next(f) for _ in range(50)))
     assert run_cli("pretokenize", "--input", str(src), "--output", str(out), tokenizer_dir=tokenizer_dir) == 0
     assert lance.dataset(out).count_rows() == 50
-    assert not (out / "data" / "orphan.lance").exists() and (out / MARKER).exists()
+    assert not (out / "data" / "orphan.lance").exists() and (out / JOB_MARKER).exists()
 
 
 @pytest.mark.s3

@@ -11,7 +11,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from common.tiny import tiny_prepared
-from prep.contracts.ownership import MARKER
+from prep.contracts.marker import JOB_MARKER
 from prep.errors import PrepError
 from prep.plan.spec import PlanSpec
 from prep.reader import ReaderDataset
@@ -21,7 +21,7 @@ from prep.reader import ReaderDataset
 def prepared(tmp_path_factory):
     """A finished prepared table, with the job marker a prepare run leaves (the old message took it for a crash)."""
     path = tiny_prepared(str(tmp_path_factory.mktemp("first") / "gsm.lance"), num_rows=200)
-    (Path(path) / MARKER).write_text(json.dumps({"job": "pretokenize"}))
+    (Path(path) / JOB_MARKER).write_text(json.dumps({"job": "pretokenize"}))
     return path
 
 
@@ -50,7 +50,7 @@ def test_an_unfinished_materialization_is_not_called_a_table_and_a_table_not_an_
     assert "prepared Lance table" in message and f"--table {prepared}" in message
     started = tmp_path / "out"
     started.mkdir()
-    (started / MARKER).write_text(json.dumps({"job": "materialize"}))
+    (started / JOB_MARKER).write_text(json.dumps({"job": "materialize"}))
     with pytest.raises(PrepError, match="a run was started there but has not finished"):
         ReaderDataset(str(started), global_batch_size=48)
 

@@ -7,7 +7,7 @@ record (sizes on every open, CRC-32 of the content once per process and again wh
 file's inode, mtime or ctime moved since), so a kill at any moment, a truncated or flipped
 file (also one flipped while this process uses the cache), or a copy of another
 materialization is fetched again, never used. The cache is claimed with prep's marker
-(:data:`CACHE_MARKER`, written by :func:`prep.contracts.ownership.write_marker`): prep writes only into an empty folder or
+(:data:`CACHE_MARKER`, written by :func:`prep.contracts.ownership.write_cache_marker`): prep writes only into an empty folder or
 its own cache, and replacing another materialization's cache (``overwrite``) removes only
 the cache's own files (:func:`prep.contracts.ownership.remove_owned`), only while no other
 process uses it.
@@ -24,7 +24,7 @@ from prep.cache import eviction, locks
 from prep.cache.eviction import Priority
 from prep.cache.records import CacheLayout, CopyRecord, Key, crc32
 from prep.contracts.manifest import MANIFEST, Manifest, read_manifest, split_path
-from prep.contracts.ownership import CACHE_MARKER, remove_owned, write_marker
+from prep.contracts.ownership import CACHE_MARKER, remove_owned, write_cache_marker
 from prep.errors import PrepError, one_line
 from prep.io import storage
 from prep.io.checksum import dataset_checksum
@@ -94,7 +94,7 @@ class SplitCache:
                 if old is not None and old.get("fingerprint") != self.fingerprint:
                     self._replace(old, overwrite, replacing, use)
                 if old is None or old.get("fingerprint") != self.fingerprint:
-                    write_marker(root, JOB, name=CACHE_MARKER, source=self.source, fingerprint=self.fingerprint)
+                    write_cache_marker(root, JOB, source=self.source, fingerprint=self.fingerprint)
                 self._sweep(use)
                 manifest_path = os.path.join(root, MANIFEST)
                 if not os.path.exists(manifest_path) or storage.read_json(manifest_path) != self.manifest.to_json():

@@ -16,7 +16,7 @@ files its new history no longer names.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -50,7 +50,7 @@ def write_index(table: str, version: int, files: Sequence[SourceEntry], s3: stor
     relative to the table. A step killed before its commit left the same path: the rerun replaces it."""
     rel = index_path(version)
     entries = list(files) + [SourceEntry(uri=u, key="", size=0, mtime="") for u in removed]
-    columns = {name: [getattr(f, name) or ("" if name in _TEXT else None) for f in entries] for name in _SCHEMA.names[:-1]}
+    columns: dict[str, list[Any]] = {name: [getattr(f, name) or ("" if name in _TEXT else None) for f in entries] for name in _SCHEMA.names[:-1]}
     columns["removed"] = [False] * len(files) + [True] * len(removed)
     fs, path = storage.filesystem(storage.join(table, rel), s3)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -68,7 +68,7 @@ def read_index(table: str, paths: Iterable[str], s3: storage.S3Options | None) -
         with fs.open(path, "rb") as f:
             t = pq.read_table(f)
         n = t.num_rows
-        cols = {name: t.column(name).to_pylist() if name in t.column_names else [None] * n for name in _SCHEMA.names}
+        cols: dict[str, list[Any]] = {name: t.column(name).to_pylist() if name in t.column_names else [None] * n for name in _SCHEMA.names}
         for i, uri in enumerate(cols["uri"]):
             if cols["removed"][i]:
                 held.pop(uri, None)

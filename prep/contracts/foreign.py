@@ -20,7 +20,7 @@ kind of column is refused before any work, naming what it lacks and what it has.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -79,8 +79,8 @@ def _shown(t: pa.DataType) -> str:
     return str(t)
 
 
-def _is_list_of(t: pa.DataType, ok: Any) -> bool:
-    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and ok(t.value_type)
+def _is_list_of(t: pa.DataType, ok: Callable[[pa.DataType], bool]) -> bool:
+    return bool((pa.types.is_list(t) or pa.types.is_large_list(t)) and ok(t.value_type))
 
 
 def _text(schema: pa.Schema, where: str) -> tuple[str, str]:

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from prep.io import storage
 from prep.errors import PrepError
 from prep.io.jsonfile import read_json_file
-from prep.contracts.ownership import MARKER
+from prep.contracts.marker import JOB_MARKER
 from prep.contracts.table import TableMetadata
 from prep.plan.spec import PlanSpec
 
@@ -51,7 +51,7 @@ def split_path(epoch: int, split: int) -> str:
     return f"epoch-{epoch:05d}/split-{split:05d}.lance"
 
 
-def _int(value: Any, minimum: int = 0) -> bool:
+def _int(value: Any, minimum: int = 0) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
@@ -159,21 +159,22 @@ class Manifest:
                 e, version=self.source.version if e.version is None else e.version,
                 num_selected_rows=self.num_selected_rows if e.num_selected_rows is None else e.num_selected_rows)
             for e in self.epochs))
-        if self.mixture is not None and self.epochs and all(e.source_rows is not None for e in self.epochs):
+        counted = [e.source_rows for e in self.epochs if e.source_rows is not None]
+        if self.mixture is not None and counted and len(counted) == len(self.epochs):
             object.__setattr__(self, "mixture", tuple(t if t.drawn_rows is not None else replace(
-                t, drawn_rows=max(e.source_rows[i] for e in self.epochs)) for i, t in enumerate(self.mixture)))
+                t, drawn_rows=max(rows[i] for rows in counted)) for i, t in enumerate(self.mixture)))
 
     @property
     def versions(self) -> tuple[int, ...]:
         """The table versions the epochs drew from, ascending (one, unless the output was extended)."""
-        return tuple(sorted({e.version for e in self.epochs}))
+        return tuple(sorted({e.version for e in self.epochs if e.version is not None}))  # all, once built
 
     def epoch_fingerprint(self, entry: Epoch) -> str:
         """The fingerprint of the plan that wrote ``entry``: the plan over the version it drew from
         (its done records name it); the output's own for a mixture, whose versions are pinned once."""
         if self.mixture is not None:
             return self.fingerprint
-        return self.plan.fingerprint(self.source.uri, entry.version)
+        return self.plan.fingerprint(self.source.uri, self.source.version if entry.version is None else entry.version)
 
     def epoch(self, epoch: int) -> Epoch:
         """The entry of ``epoch``.
@@ -273,13 +274,14 @@ def vocab_size(manifest: "Manifest") -> int | None:
 
 def _mixture(doc: Any, plan: PlanSpec) -> tuple[MixtureTable, ...] | None:
     """The ``mixture`` block: present exactly when the plan is a mixture, one table per plan source."""
-    if (doc is None) != (plan.mixture is None):
+    mix = plan.mixture
+    if (doc is None) != (mix is None):
         raise PrepError("mixture must be given exactly when plan.mixture is")
-    if doc is None:
+    if doc is None or mix is None:
         return None
     tables = doc.get("tables") if isinstance(doc, dict) and set(doc) == {"tables"} else None
-    if not isinstance(tables, list) or len(tables) != len(plan.mixture.sources):
-        raise PrepError(f"mixture must be {{\"tables\": [...]}} with one entry per plan source ({len(plan.mixture.sources)})")
+    if not isinstance(tables, list) or len(tables) != len(mix.sources):
+        raise PrepError(f"mixture must be {{\"tables\": [...]}} with one entry per plan source ({len(mix.sources)})")
     out = []
     for t in tables:
         keys = set(t) if isinstance(t, dict) else set()
@@ -306,29 +308,29 @@ _DRAWN_KEYS = {"drawn_rows", "repeats"}  # written since issue 33; older manifes
 def _drawn(mixture: tuple[MixtureTable, ...] | None, epochs: tuple[Epoch, ...]) -> None:
     """Each table's ``drawn_rows`` is the most rows an epoch drew from it (its epochs' per-source counts)."""
     for i, t in enumerate(mixture or ()):
-        most = max(e.source_rows[i] for e in epochs)
+        most = max(rows[i] for rows in (e.source_rows for e in epochs) if rows is not None)  # a mixture's: all
         if t.drawn_rows is not None and t.drawn_rows != most:
             raise PrepError(f"mixture table {t.uri}: drawn_rows={t.drawn_rows} but its epochs drew at most {most} rows from it")
 
 
-def _counts(entry: dict, epoch: int, width: int | None) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+def _counts(entry: dict[str, Any], epoch: int, width: int | None) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     """An epoch's per-source ``rows`` and ``tokens`` (mixtures only: ``width`` sources)."""
     doc = entry.get("sources")
     if width is None:
         if doc is not None:
             raise PrepError(f"epoch {epoch} has per-source counts but the plan is not a mixture")
         return None, None
-    ok = isinstance(doc, dict) and set(doc) == {"rows", "tokens"} and all(
-        isinstance(doc[k], list) and len(doc[k]) == width and all(_int(v) for v in doc[k]) for k in ("rows", "tokens"))
-    if not ok:
+    if not (isinstance(doc, dict) and set(doc) == {"rows", "tokens"} and all(
+            isinstance(doc[k], list) and len(doc[k]) == width and all(_int(v) for v in doc[k]) for k in ("rows", "tokens"))):
         raise PrepError(f"epoch {epoch} needs sources {{rows, tokens}}: {width} counts each")
     return tuple(doc["rows"]), tuple(doc["tokens"])
 
 
 def _versions(epochs: tuple[Epoch, ...], newest: int, selected: int) -> None:
     """``source`` is the newest version an epoch drew from, and its ``num_selected_rows`` that version's."""
-    if max(e.version for e in epochs) != newest:
-        raise PrepError(f"source.version={newest} is not the newest epoch version {max(e.version for e in epochs)}")
+    drawn = max(e.version for e in epochs if e.version is not None)  # each names one (a per-version manifest)
+    if drawn != newest:
+        raise PrepError(f"source.version={newest} is not the newest epoch version {drawn}")
     for e in epochs:
         if e.version == newest and e.num_selected_rows != selected:
             raise PrepError(f"epoch {e.epoch} drew {e.num_selected_rows} rows from version {newest}, "
@@ -373,7 +375,7 @@ def read_manifest(path: str, s3: storage.S3Options | None = None) -> Manifest:
                             "through an on-the-fly plan (ReaderDataset(path, ...) or plan=...), or materialize it with "
                             f"`prep materialize-shuffle --table {path} --output DIR`")
         hint = ""
-        if storage.exists(storage.join(path, MARKER), s3):
+        if storage.exists(storage.join(path, JOB_MARKER), s3):
             hint = " (a run was started there but has not finished: rerun it)"
         raise PrepError(
             f"{path} is not a materialized output: no {MANIFEST}{hint}; run `prep materialize-shuffle --output {path}` "

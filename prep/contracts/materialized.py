@@ -1,6 +1,6 @@
 """Where a materialized output keeps what, and which of its files prep may remove.
 
-``OUT/_prep_job.json`` is written first: it names the job and its plan, and
+``OUT/_prep_job.json`` (:mod:`prep.contracts.marker`) is written first: it names the job and its plan, and
 marks the directory as one prep may write into and clean up (only the files of
 this layout, never anything else there). Each (epoch, split) is
 ``OUT/epoch-EEEEE/split-SSSSS.lance`` followed by its done record
@@ -15,11 +15,10 @@ import re
 
 from prep.contracts.done import DONE_SUFFIX
 from prep.contracts.manifest import MANIFEST
-from prep.contracts.ownership import MARKER
+from prep.contracts.marker import JOB_MARKER
 
-__all__ = ["JOB_FILE", "JOB_NAME", "WORK", "owned_entries"]
+__all__ = ["JOB_NAME", "WORK", "owned_entries"]
 
-JOB_FILE = MARKER  # written first: names the job, marks the directory as prep's to write and clean
 JOB_NAME = "prep materialize-shuffle"
 WORK = "_work"
 _EPOCH_DIR = re.compile(r"^epoch-\d{5}$")
@@ -27,7 +26,7 @@ _EPOCH_DIR = re.compile(r"^epoch-\d{5}$")
 _SPLIT_ENTRY = re.compile(rf"^split-\d{{5}}(\.lance|{re.escape(DONE_SUFFIX)})(\.tmp-[0-9a-f]+)?$")
 
 
-def owned_entries(top: list[str], epoch_dir: dict[str, list[str]], names: tuple[str, ...] = (MANIFEST, JOB_FILE, WORK)) -> list[str]:
+def owned_entries(top: list[str], epoch_dir: dict[str, list[str]], names: tuple[str, ...] = (MANIFEST, JOB_MARKER, WORK)) -> list[str]:
     """The names (relative to OUT) this layout writes, out of what is there; anything else is not prep's.
 
     Args:

@@ -53,25 +53,23 @@ import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Iterator, Literal, Protocol, Sequence
 
-import prep
 from prep.contracts.file_index import INDEX_DIR
+from prep.contracts.marker import JOB_MARKER, JobMarker
 from prep.contracts.table import METADATA_KEY
 from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError, one_line
 
-__all__ = ["LEASE", "JOB_MARKER", "CACHE_MARKER", "MARKER", "HEARTBEAT_S", "STALE_S", "MAX_SKEW_S", "Holder", "LeaseHeld", "Lease",
+__all__ = ["LEASE", "JOB_MARKER", "CACHE_MARKER", "HEARTBEAT_S", "STALE_S", "MAX_SKEW_S", "Holder", "LeaseHeld", "Lease",
            "lease_location", "take_lease", "hold", "OutputClaim", "entries", "inspect_output", "claim_outputs", "write_marker",
-           "remove_owned"]
+           "write_cache_marker", "remove_owned"]
 
 log = logging.getLogger(__name__)
 
 LEASE = "_prep_lease.json"
-JOB_MARKER = "_prep_job.json"
 CACHE_MARKER = "_prep_cache.json"
-MARKER = JOB_MARKER
 HEARTBEAT_S = 10.0  # how often a holder refreshes its lease
 STALE_S = 120.0  # a lease not refreshed for this long belongs to a dead (or cut-off) holder
 MAX_SKEW_S = STALE_S  # a heartbeat further ahead of this host's clock is not trusted
@@ -249,7 +247,7 @@ def hold(uris: Sequence[str], job: str, s3: storage.S3Options | None = None) -> 
             lease.check()
 
 
-class _Slot:
+class _Slot(Protocol):
     """Where one lease record lives; ``take`` returns the dead holder it replaced (None: it was free)."""
 
     def take(self, me: Holder, stale_after: float) -> Holder | None: ...
@@ -547,14 +545,21 @@ def claim_outputs(uris: list[str], job: str, *, overwrite: bool, s3: storage.S3O
         if claim.state == "leftovers":
             log.warning("%s: clearing the leftovers of a prep job that died before its commit", claim.uri)
             remove_owned(claim.uri, [n for n in entries(claim.uri, s3) or [] if n in _LANCE_ENTRIES], s3)
-        write_marker(claim.uri, job, s3)
+        write_marker(claim.uri, JobMarker.now(job), s3)
     return claims
 
 
-def write_marker(uri: str, job: str, s3: storage.S3Options | None = None, *, name: str = JOB_MARKER,
-                 **fields: Any) -> None:
-    """Writes the marker ``name`` in the folder ``uri`` (atomically): prep's, which job, which version, when, ``fields``."""
-    doc = {"written_by": "prep", "prep_version": prep.__version__, "job": job, "claimed": _now(), **fields}
+def write_marker(uri: str, marker: JobMarker, s3: storage.S3Options | None = None) -> None:
+    """Writes ``marker`` as :data:`JOB_MARKER` in the folder ``uri`` (atomically)."""
+    _write(uri, JOB_MARKER, marker.to_json(), s3)
+
+
+def write_cache_marker(uri: str, job: str, s3: storage.S3Options | None = None, **fields: str) -> None:
+    """Writes :data:`CACHE_MARKER` in the folder ``uri``: the job marker's stamp plus ``fields`` (a reader cache's)."""
+    _write(uri, CACHE_MARKER, {**JobMarker.now(job).to_json(), **fields}, s3)
+
+
+def _write(uri: str, name: str, doc: dict[str, Any], s3: storage.S3Options | None) -> None:
     try:
         storage.write_json_atomic(storage.join(uri, name), doc, s3)
     except OSError as exc:  # e.g. a bucket that does not exist: say where

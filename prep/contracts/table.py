@@ -27,19 +27,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Literal, Mapping, TypeAlias, get_args, overload
 
 from prep.contracts.source import SourceEntry
 from prep.errors import PrepError
 
 __all__ = ["METADATA_KEY", "TABLE_FORMAT", "Kind", "KINDS", "TEXT_KINDS", "TokenizerInfo", "ImageInfo", "read_table_metadata",
-           "Step", "TableMetadata", "RejectsMetadata", "read_metadata", "encode_metadata"]
+           "Step", "TableMetadata", "RejectsMetadata", "read_metadata", "encode_metadata", "JsonValue"]
 
 METADATA_KEY = b"prep"
 TABLE_FORMAT = "prep.table/1"
 Kind = Literal["sft", "pretrain", "packed", "images"]
 KINDS: tuple[str, ...] = get_args(Kind)
 TEXT_KINDS: tuple[str, ...] = ("sft", "pretrain", "packed")
+# What a JSON document holds: the config and a job's own keys are kept as written.
+JsonValue: TypeAlias = "str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]"
 _FIELDS = {"format", "prep_version", "kind", "config", "config_hash", "sources", "counts", "rejects_uri",
            "tokenizer", "seq_len", "image", "history", "inferred"}
 
@@ -48,6 +50,10 @@ def _fail(where: str, what: str) -> PrepError:
     return PrepError(f"{where}: prep table metadata {what}")
 
 
+@overload
+def _int(where: str, name: str, value: Any, *, low: int = 0, optional: Literal[False] = False) -> int: ...
+@overload
+def _int(where: str, name: str, value: Any, *, low: int = 0, optional: bool) -> int | None: ...
 def _int(where: str, name: str, value: Any, *, low: int = 0, optional: bool = False) -> int | None:
     if value is None and optional:
         return None
@@ -165,12 +171,18 @@ class Step:
         index = raw.get("file_index")
         if index is not None and not isinstance(index, str):
             raise _fail(where, f"history.file_index={index!r} must be a path")
-        return cls(version=_int(where, "history.version", raw.get("version"), low=1, optional=True),
+        def count(k: str) -> int:
+            return _int(where, f"history.{k}", raw.get(k, 0))
+
+        def given(k: str, low: int = 0) -> int | None:
+            return _int(where, f"history.{k}", raw.get(k), low=low, optional=True)
+
+        return cls(version=given("version", low=1),
                    added=tuple(files["added"]), replaced=tuple(files["replaced"]), removed=tuple(files["removed"]),
-                   **{k: _int(where, f"history.{k}", raw.get(k, 0)) for k in ("rows_added", "rows_removed", "tokens_added", "tokens_removed")},
-                   rejects_version=_int(where, "history.rejects_version", raw.get("rejects_version"), low=1, optional=True),
-                   **{k: _int(where, f"history.{k}", raw.get(k), optional=True) for k in ("files_added", "files_replaced", "files_removed")},
-                   file_index=index)
+                   rows_added=count("rows_added"), rows_removed=count("rows_removed"),
+                   tokens_added=count("tokens_added"), tokens_removed=count("tokens_removed"),
+                   rejects_version=given("rejects_version", low=1), files_added=given("files_added"),
+                   files_replaced=given("files_replaced"), files_removed=given("files_removed"), file_index=index)
 
     def describe(self) -> str:
         """One line for summaries and ``prep inspect``.
@@ -224,7 +236,7 @@ class TableMetadata:
 
     kind: Kind
     prep_version: str
-    config: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, JsonValue] = field(default_factory=dict)
     config_hash: str = ""
     sources: tuple[SourceEntry, ...] = ()
     counts: Mapping[str, int] = field(default_factory=dict)
@@ -233,7 +245,7 @@ class TableMetadata:
     seq_len: int | None = None
     image: ImageInfo | None = None
     history: tuple[Step, ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, JsonValue] = field(default_factory=dict)
     format: str = TABLE_FORMAT
     inferred: str | None = None
 

@@ -32,7 +32,8 @@ from prep.io.jsonfile import read_json_file
 from prep.contracts import ownership
 from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import MANIFEST, Epoch, Manifest, SplitFile, read_manifest, write_manifest
-from prep.contracts.materialized import JOB_FILE, JOB_NAME, WORK, owned_entries
+from prep.contracts.marker import JOB_MARKER, JobMarker, PinnedSource
+from prep.contracts.materialized import JOB_NAME, WORK, owned_entries
 from prep.materialize.faults import kill_point
 from prep.materialize.resolved import TaskExecutor
 from prep.materialize.options import RunOptions
@@ -151,8 +152,9 @@ def _epochs(job: ResolvedRun, line: Lineage, epochs: Sequence[int],
     return tuple(out[e] for e in sorted(out))
 
 
-def existing_output(output: str, s3: storage.S3Options) -> dict | None:
-    """What a prep job left at ``output`` (its job marker or manifest), None when it is new or empty.
+def existing_output(output: str, s3: storage.S3Options) -> JobMarker | Manifest | None:
+    """What a prep job left at ``output`` (its job marker, or the manifest of an output older than
+    markers), None when it is new or empty.
 
     Runs before anything is read or written: a non-empty directory that no prep
     materialize job wrote is an error, with or without --overwrite.
@@ -165,44 +167,46 @@ def existing_output(output: str, s3: storage.S3Options) -> dict | None:
     if not ownership.entries(output, s3):  # nothing but this run's lease
         return None
     fix = f"choose another --output (prep never deletes what it did not write), or remove {output} yourself"
-    marker = storage.join(output, JOB_FILE)
+    marker = storage.join(output, JOB_MARKER)
     if storage.exists(marker, s3):
-        doc = read_json_file(marker, s3, fix)
-        if isinstance(doc, dict) and doc.get("job") == JOB_NAME:
-            return doc
-        raise PrepError(f"{marker} was not written by {JOB_NAME}: {fix}")
+        try:
+            found = JobMarker.from_json(read_json_file(marker, s3, fix), marker)
+        except PrepError as exc:
+            raise PrepError(f"{exc}: {fix}") from None
+        if found.job == JOB_NAME and found.plan is not None:
+            return found
+        raise PrepError(f"{marker} was not written by {JOB_NAME} (it marks the output of {found.job}): {fix}")
     manifest = storage.join(output, MANIFEST)
     if storage.exists(manifest, s3):
-        return read_manifest(output, s3).to_json()
+        return read_manifest(output, s3)
     raise PrepError(
-        f"--output {output} is not empty and holds no prep materialized output (no {MANIFEST} or {JOB_FILE}): {fix}"
+        f"--output {output} is not empty and holds no prep materialized output (no {MANIFEST} or {JOB_MARKER}): {fix}"
     )
 
 
-def claim(job: ResolvedRun, old: dict | None, *, overwrite: bool, continues: bool = False) -> None:
+def claim(job: ResolvedRun, old: JobMarker | Manifest | None, *, overwrite: bool, continues: bool = False) -> None:
     """Makes ``job.output`` this run's: the same plan is resumed (``continues``: the same plan over the
     newer version of a table that grew, see :mod:`prep.materialize.versions`); a different one is refused
     unless ``overwrite``, which removes only prep's files; then the job marker is written."""
-    if old is not None and old.get("fingerprint") != job.fingerprint and not continues:
+    if old is not None and old.fingerprint != job.fingerprint and not continues:
         if not overwrite:
-            raise PrepError(f"output {job.output} holds a different plan (fingerprint {old.get('fingerprint')}, this run "
+            raise PrepError(f"output {job.output} holds a different plan (fingerprint {old.fingerprint}, this run "
                             f"{job.fingerprint}: {_differences(old, job)}); pass --overwrite to replace it or choose another --output")
         log.warning("--overwrite: removing the materialized output in %s (only the files prep wrote)", job.output)
         _remove_owned(job.output, job.s3)
-    ownership.write_marker(job.output, JOB_NAME, job.s3, fingerprint=job.fingerprint, plan=job.plan.to_json(),
-                           source={"uri": job.source, "version": job.version})
+    ownership.write_marker(job.output, JobMarker.now(JOB_NAME, fingerprint=job.fingerprint, plan=job.plan,
+                                                     source=PinnedSource(job.source, job.version)), job.s3)
     kill_point("marker")
 
 
-def _differences(old: dict, job: ResolvedRun) -> str:
+def _differences(old: JobMarker | Manifest, job: ResolvedRun) -> str:
     """What changed between the plan at the output and this run's, for the refusal."""
-    old_src = old.get("source") if isinstance(old.get("source"), dict) else {}
     why = []
-    if old_src.get("uri") != job.source:
-        why.append(f"source {old_src.get('uri')} -> {job.source}")
-    if old_src.get("version") != job.version:
-        why.append(f"source version {old_src.get('version')} -> {job.version} (the table changed since)")
-    old_plan = old.get("plan") if isinstance(old.get("plan"), dict) else {}
+    if old.source is not None and old.source.uri != job.source:
+        why.append(f"source {old.source.uri} -> {job.source}")
+    if old.source is not None and old.source.version != job.version:
+        why.append(f"source version {old.source.version} -> {job.version} (the table changed since)")
+    old_plan = old.plan.to_json() if old.plan is not None else {}
     moved = _moved_sources(old_plan.get("mixture"), job.plan)
     if moved:
         return moved

@@ -69,7 +69,22 @@ STRATEGIES: dict[str, SplitFn] = {
     "random": _random.split_rows,
     "hash": _hash.split_rows,
 }
-_MODULES = {"sequential": _sequential, "round-robin": _round_robin, "random": _random, "hash": _hash}
+
+
+class Strategy(Protocol):
+    """What each strategy module provides besides ``split_rows`` (checked by mypy against every module in :data:`_MODULES`)."""
+
+    def units(self, *, num_rows: int, num_splits: int, split: int, seed: int, clump: int,
+              hash_keys: np.ndarray | None) -> _units.Units: ...
+
+    def assign(self, *, positions: np.ndarray, num_rows: int, num_splits: int, seed: int, clump: int,
+               hash_keys: np.ndarray | None) -> np.ndarray: ...
+
+    def locate(self, *, row: int, num_rows: int, num_splits: int, seed: int, clump: int,
+               hash_keys: np.ndarray | None) -> tuple[int, int, int]: ...
+
+
+_MODULES: dict[str, Strategy] = {"sequential": _sequential, "round-robin": _round_robin, "random": _random, "hash": _hash}
 
 
 def validate(*, num_rows: int, num_splits: int, strategy: str, seed: int = 0, clump: int = 1) -> None:

@@ -135,7 +135,8 @@ def batch_order(counts: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.uint16)
     kinds, which = np.unique(counts, axis=0, return_inverse=True)  # batches repeat a few floor/ceil mixes
     orders = [_interleaved(kind) for kind in kinds]
-    return np.concatenate([orders[k] for k in which.ravel()])
+    out: np.ndarray = np.concatenate([orders[k] for k in which.ravel()])
+    return out
 
 
 def _interleaved(counts: np.ndarray) -> np.ndarray:
@@ -143,7 +144,8 @@ def _interleaved(counts: np.ndarray) -> np.ndarray:
     source = np.repeat(np.arange(len(counts)), counts)
     k = np.arange(len(source)) - np.repeat(np.cumsum(counts) - counts, counts)
     key = (k + 0.5) / np.repeat(np.maximum(counts, 1), counts)
-    return source[np.lexsort((source, key))].astype(np.uint16)
+    out: np.ndarray = source[np.lexsort((source, key))].astype(np.uint16)
+    return out
 
 
 def stream_rows(num_rows: int, start: int, count: int, *, seed: int, source: int, clump: int = 1) -> np.ndarray:
@@ -178,7 +180,8 @@ def token_order(lengths: Sequence[np.ndarray], weights: Sequence[float], count: 
         weights: the sources' weights.
         count: positions wanted.
     """
-    keys, owners = [], []
+    keys: list[np.ndarray] = []
+    owners: list[np.ndarray] = []
     for i, (tokens, weight) in enumerate(zip(lengths, weights)):
         tokens = np.asarray(tokens, dtype=np.float64)
         keys.append((np.cumsum(tokens) - tokens / 2) / weight)
@@ -191,20 +194,23 @@ def token_order(lengths: Sequence[np.ndarray], weights: Sequence[float], count: 
     for i, k in enumerate(keys):
         if len(k) and k[-1] <= horizon and len(k) < count:
             raise PrepError(f"token_order: source {i} needs more than its {len(k)} given rows")
-    return owner[order]
+    out: np.ndarray = owner[order]
+    return out
 
 
 def _token_prefix(sources: Sequence[Source], count: int, *, seed: int, clump: int) -> np.ndarray:
     """Sources of the first ``count`` positions by tokens, generating enough of each stream."""
+    lengths: list[np.ndarray] = []
     for s in sources:
         if s.lengths is None or len(s.lengths) != s.rows:
             raise PrepError("weighing a mixture by tokens needs each source's token lengths")
-    means = [max(float(np.mean(s.lengths)), 1.0) for s in sources]
+        lengths.append(s.lengths)
+    means = [max(float(np.mean(tokens)), 1.0) for tokens in lengths]
     rates = np.array([s.weight / m for s, m in zip(sources, means)])
     need = np.ceil(count * rates / rates.sum() * 1.25).astype(np.int64) + 64
     while True:
-        streams = [s.lengths[stream_rows(s.rows, 0, int(n), seed=seed, source=i, clump=clump)]
-                   for i, (s, n) in enumerate(zip(sources, need))]
+        streams = [tokens[stream_rows(s.rows, 0, int(n), seed=seed, source=i, clump=clump)]
+                   for i, (s, tokens, n) in enumerate(zip(sources, lengths, need))]
         try:
             return token_order(streams, [s.weight for s in sources], count)
         except PrepError:
@@ -275,7 +281,8 @@ def split_positions(epoch_rows: int, global_batch: int, num_splits: int, split: 
     starts = steps * global_batch + (np.cumsum(runs, axis=1) - runs)[:, split]  # where split's run sits in batch t
     counts = runs[:, split]
     inside = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    return np.repeat(starts, counts) + inside
+    out: np.ndarray = np.repeat(starts, counts) + inside
+    return out
 
 
 def epoch_unit(global_batch: int, num_splits: int) -> int:

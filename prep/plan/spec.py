@@ -251,7 +251,7 @@ class PlanSpec:
             object.__setattr__(self, "columns", _names(self.columns, "columns") or None)
         if self.mixture is not None:
             if not isinstance(self.mixture, MixtureSpec):
-                object.__setattr__(self, "mixture", MixtureSpec.from_json(self.mixture))
+                raise PrepError(f"plan.mixture={self.mixture!r} must be a MixtureSpec (PlanSpec.from_json reads its JSON form)")
             if self.strategy != "random" or self.filter is not None or self.columns is not None:
                 raise PrepError("plan.mixture: strategy must be 'random' and filter/columns null (each source has its own)")
             unit = math.lcm(self.mixture.global_batch, self.num_splits)
@@ -292,7 +292,8 @@ class PlanSpec:
         missing = sorted(known - set(doc) - {"mixture"})
         if missing and not fill_defaults:
             raise PrepError(f"plan is missing keys {missing}")
-        return cls(**doc)
+        mixture = doc.get("mixture")
+        return cls(**{**doc, "mixture": MixtureSpec.from_json(mixture) if mixture is not None else None})
 
     def fingerprint(self, source_uri: str, source_version: int) -> str:
         """16 hex chars: sha256 of the canonical JSON of source uri, version and this plan.

@@ -65,17 +65,29 @@ class Layout(Protocol):
         mixture_tables: a mixture's tables in ``source`` column order, else None.
     """
 
-    uri: str
-    fingerprint: str
-    source_version: int | None
-    num_splits: int
-    epochs: tuple[int, ...]
-    split_rows: dict[int, np.ndarray]
-    columns: tuple[str, ...]
-    metadata: TableMetadata
-    manifest: Manifest | None
-    mixture_batch: int | None
-    mixture_tables: tuple[str, ...] | None
+    # read-only members: the implementations hold them as frozen fields or properties
+    @property
+    def uri(self) -> str: ...
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def source_version(self) -> int | None: ...
+    @property
+    def num_splits(self) -> int: ...
+    @property
+    def epochs(self) -> tuple[int, ...]: ...
+    @property
+    def split_rows(self) -> dict[int, np.ndarray]: ...
+    @property
+    def columns(self) -> tuple[str, ...]: ...
+    @property
+    def metadata(self) -> TableMetadata: ...
+    @property
+    def manifest(self) -> Manifest | None: ...
+    @property
+    def mixture_batch(self) -> int | None: ...
+    @property
+    def mixture_tables(self) -> tuple[str, ...] | None: ...
 
     def open_split(self, epoch: int, split: int, columns: list[str]) -> SplitReader:
         """One (epoch, split), opened in the calling process."""

@@ -23,7 +23,7 @@ from prep.io import storage
 from prep.errors import PrepError
 from prep.contracts.table import RejectsMetadata, Step, TableMetadata, read_metadata, read_table_metadata
 from prep.contracts.manifest import MANIFEST, Manifest, MixtureTable, read_manifest
-from prep.contracts.ownership import MARKER
+from prep.contracts.marker import JOB_MARKER
 from prep.prepare.rejects import reason_group
 
 __all__ = ["Kind", "is_materialized", "open_prepared", "inspect_path", "decode_rows", "reason_group", "format_report", "to_json", "PERCENTILES"]
@@ -39,7 +39,7 @@ def is_materialized(path: str, s3: storage.S3Options | None = None) -> bool:
     """Whether ``path`` is (or was started as) an output of ``prep materialize-shuffle``."""
     if storage.exists(storage.join(path, MANIFEST), s3):
         return True
-    return storage.exists(storage.join(path, MARKER), s3) and not storage.exists(storage.join(path, "_versions"), s3)
+    return storage.exists(storage.join(path, JOB_MARKER), s3) and not storage.exists(storage.join(path, "_versions"), s3)
 
 
 def open_prepared(path: str, s3: storage.S3Options | None = None) -> tuple[Kind, lance.LanceDataset]:
