@@ -59,3 +59,14 @@ def sleep_then(progress, seconds: float, value: str) -> str:
 
     time.sleep(seconds)
     return value
+
+
+def parent_pid(progress) -> int:
+    """The pid of the process that started the sandbox running it (its zygote)."""
+    return os.getppid()
+
+
+def segfault(progress) -> None:
+    """Crashes the sandbox on its only item, as a native decoder does."""
+    for _ in progress.items(["the item"]):
+        os.kill(os.getpid(), signal.SIGSEGV)

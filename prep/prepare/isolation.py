@@ -3,8 +3,10 @@
 A native decoder can segfault or abort on a malformed file, and some inputs make
 code spin; a Python ``try`` catches neither. So each Ray worker process (each worker
 thread of the local executor) runs its chunks in a long-lived *sandbox* child process
-(started once, with ``python -m``: no fork of a process that holds Lance state) and
-watches it:
+and watches it. Sandboxes are forked from a zygote (:mod:`prep.runtime.zygote`: started
+once with ``python -m``, no fork of a process that holds Lance state) that has imported the
+job's modules, so restarting one after a crash or a hang, or probing an item, costs a fork,
+not an interpreter importing torch again:
 
 - The chunk worker walks its items through :meth:`Progress.items`, which marks the
   index of the item in hand in a shared 8-byte page (no message per item, so no
