@@ -75,11 +75,8 @@ class Zygote:
         self._live: set[int] = set()
 
     def alive(self) -> bool:
+        """Whether the zygote process still runs."""
         return self._proc.poll() is None
-
-    def fileno(self) -> int:
-        """Readable when the zygote reports something (a child's exit) or dies: for ``multiprocessing.connection.wait``."""
-        return self._sock.fileno()
 
     def fork(self, target: str, fds: Sequence[int], preload: Sequence[str] = ()) -> int:
         """A child running ``target`` (``"module:function"``) on its copies of ``fds``; its pid.
@@ -94,12 +91,14 @@ class Zygote:
         except OSError as exc:
             raise OSError(f"the sandbox zygote is gone ({exc})") from None
         while True:
-            kind, *rest = self._receive(None)
+            kind, *rest = self._receive()
             if kind == "forked":
                 self._live.add(rest[0])
                 return rest[0]
             if kind == "error":
                 raise OSError(rest[0])
+            if kind == "gone":
+                raise OSError("the sandbox zygote died")
 
     def kill(self, pid: int) -> None:
         """SIGKILLs the child ``pid`` unless it already ended (the zygote knows: no pid reuse race)."""
@@ -111,14 +110,14 @@ class Zygote:
 
     def poll(self, pid: int) -> int | None:
         """``pid``'s exit code as :class:`subprocess.Popen` gives it (``-signal`` when killed), or None while it runs."""
-        while pid not in self._exits and self._ready(0):
-            self._receive(0)
+        while pid not in self._exits and self._ready():
+            self._receive()
         return self._exits.get(pid)
 
     def wait(self, pid: int) -> int:
         """Waits for ``pid`` to end; its exit code (see :meth:`poll`)."""
         while pid not in self._exits:
-            self._receive(None)
+            self._receive()
         self._live.discard(pid)
         return self._exits.pop(pid)
 
@@ -131,13 +130,14 @@ class Zygote:
             self._proc.kill()
             self._proc.wait()
 
-    def _ready(self, timeout: float | None) -> bool:
-        return bool(select.select([self._sock], [], [], timeout)[0])
+    def _ready(self) -> bool:
+        """Whether a message (or the zygote's end) waits to be received (poll, not select: any fd number)."""
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        return bool(poller.poll(0))
 
-    def _receive(self, timeout: float | None) -> tuple:
-        """One message; a child's exit is recorded. A zygote that died reports its children killed."""
-        if timeout is not None and not self._ready(timeout):
-            return ("nothing",)
+    def _receive(self) -> tuple:
+        """The next message (waits for it); a child's exit is recorded. A zygote that died reports its children killed."""
         try:
             data = self._sock.recv(_MAX_MESSAGE)
         except OSError:
