@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 
 from prep.prepare.chunk_runner import ChunkOutput
@@ -25,7 +26,7 @@ class DiesOnce:
 
     at: str | None
     marker: str
-    feeder: bool = False  # kill the process that feeds the sandbox (a Ray worker) instead of the sandbox
+    feeder: bool = False  # kill the process that feeds the sandbox (a Ray worker: its zygote's parent) instead of the sandbox
 
     def __call__(self, chunk, progress):
         rows, rejects = [], []
@@ -44,7 +45,7 @@ class DiesOnce:
     def _die_once(self) -> None:
         if not os.path.exists(self.marker):
             Path(self.marker).touch()
-            os.kill(os.getppid() if self.feeder else os.getpid(), signal.SIGKILL)
+            os.kill(psutil.Process(os.getppid()).ppid() if self.feeder else os.getpid(), signal.SIGKILL)
 
 
 def env_of(progress, name: str) -> str | None:
@@ -58,3 +59,14 @@ def sleep_then(progress, seconds: float, value: str) -> str:
 
     time.sleep(seconds)
     return value
+
+
+def parent_pid(progress) -> int:
+    """The pid of the process that started the sandbox running it (its zygote)."""
+    return os.getppid()
+
+
+def segfault(progress) -> None:
+    """Crashes the sandbox on its only item, as a native decoder does."""
+    for _ in progress.items(["the item"]):
+        os.kill(os.getpid(), signal.SIGSEGV)

@@ -36,7 +36,7 @@ from prep.prepare.faults import ENV as RAISE_ENV
 from prep.prepare.images.job import run_decode_images
 from prep.prepare.isolation import FAULTS_ENV, Limits, run_isolated, stop_sandboxes
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
-from dying_worker import DiesOnce, env_of, sleep_then
+from dying_worker import DiesOnce, env_of, parent_pid, segfault, sleep_then
 from test_images import encode, noise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,6 +122,30 @@ def test_the_sandbox_imports_the_code_its_parent_runs_not_a_prep_folder_in_the_c
     (result,) = run_chunks([["a", "b"]], DiesOnce("not an item", str(tmp_path / "died")), executor="local", local_workers=1,
                            output_uri=str(tmp_path / "t.lance"), rejects_uri=str(tmp_path / "r.lance"))
     assert (result.counts["rows_written"], result.counts["chunk_restarts"]) == (2, 0)
+
+
+def test_a_crash_restarts_the_sandbox_from_its_zygote_not_from_a_fresh_interpreter():
+    """Issue 31 #6: each crash started a ``python -m`` sandbox that imported torch again (~6.5 CPU-s a crash). The
+    crashed child and its probe are forked from the zygote that started the first one, which imports once."""
+    zygote, restarts = run_isolated(parent_pid, {}, Limits())
+    assert restarts == 0 and zygote != os.getpid()
+    with pytest.raises(PrepError, match=r"signal 11 \(SIGSEGV\)"):  # crashed, confirmed by a probe: one bad item too many
+        run_isolated(segfault, {}, Limits(max_bad_items_per_chunk=0))
+    assert run_isolated(parent_pid, {}, Limits()) == (zygote, 0)
+
+
+def test_a_zygote_whose_imports_ran_lance_refuses_to_fork(tmp_path, monkeypatch):
+    """Forking a process whose Lance runtime runs can crash the child: the zygote imports a job's modules but
+    checks, before each fork, that none of them ran Lance."""
+    (tmp_path / "runs_lance.py").write_text(textwrap.dedent(f"""
+        import lance, pyarrow as pa
+        lance.write_dataset(pa.table({{"x": [1]}}), {str(tmp_path / "t.lance")!r})
+        lance.dataset({str(tmp_path / "t.lance")!r}).to_table()
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))  # the next sandbox gets a zygote of its own, with this path
+    with pytest.raises(PrepError, match="Lance threads run in the zygote"):
+        run_isolated(parent_pid, {}, Limits(), preload=("runs_lance",))
+    stop_sandboxes()
 
 
 # ---------------------------------------------------------------- the real jobs, with injected faults

@@ -129,13 +129,19 @@ def _keeping_errors(table: pa.Table | pa.RecordBatchReader, raised: list[BaseExc
     return pa.RecordBatchReader.from_batches(table.schema, batches())
 
 
-def _isolated_chunk(index: int, blob: bytes, limits: Limits, hooks: dict[str, str], kwargs: dict[str, Any]) -> tuple[bytes | None, str | None]:
+# What every sandbox's zygote imports besides a job's own modules: _run_chunk's (Lance imported, never run).
+_SANDBOX_IMPORTS = ("prep.prepare.chunk_runner", "prep.io.lance_tables")
+
+
+def _isolated_chunk(index: int, blob: bytes, limits: Limits, hooks: dict[str, str], kwargs: dict[str, Any],
+                    preload: tuple[str, ...]) -> tuple[bytes | None, str | None]:
     """One chunk in this thread's sandbox: ``(pickled ChunkResult, None)`` or ``(None, one-line error)``.
 
     The chunk's restarts (prep.prepare.isolation) are added to its counts as ``chunk_restarts``.
     """
     try:
-        (result, error), restarts = run_isolated(_run_chunk, dict(index=index, blob=blob, **kwargs), limits, hooks)
+        (result, error), restarts = run_isolated(_run_chunk, dict(index=index, blob=blob, **kwargs), limits, hooks,
+                                                 (*_SANDBOX_IMPORTS, *preload))
     except PrepError as exc:
         return None, f"{pickle.loads(blob)}: {exc}"
     if restarts and result is not None:
@@ -194,6 +200,7 @@ def run_chunks(
     on_result: Callable[[ChunkResult], None] | None = None,
     resources: dict[str, float] | None = None,
     fresh: bool = True,
+    preload: tuple[str, ...] = (),
 ) -> list[ChunkResult]:
     """Runs ``worker`` on every chunk; returns results in chunk order.
 
@@ -205,6 +212,8 @@ def run_chunks(
     most ``limits.max_task_retries`` times.
     ``on_result`` sees each chunk's result as it arrives (the driver's progress bar).
     ``fresh``: the fragments make a new table (not an append), whatever schema the one at ``output_uri`` has.
+    ``preload`` names the modules ``worker`` imports in the sandbox (torch, a decoder): each
+    sandbox's zygote imports them once, so a sandbox restarted after a crash starts warm.
 
     Raises:
         PrepError: a chunk cannot finish, or a Ray task kept failing; one line saying which.
@@ -213,11 +222,12 @@ def run_chunks(
     kwargs = dict(worker=_pickled(worker, executor), output_uri=output_uri, rejects_uri=rejects_uri, storage_options=storage_options,
                   max_rows_per_file=max_rows_per_file, fresh=fresh)
     hooks = hooks_from_env()
+    preload = tuple(preload)
     arrived = on_result or (lambda result: None)
     if executor == "local":
-        results = _run_local(items, kwargs, limits, hooks, local_workers or os.cpu_count() or 1, arrived)
+        results = _run_local(items, kwargs, limits, hooks, preload, local_workers or os.cpu_count() or 1, arrived)
     else:
-        results = _run_on_ray(items, kwargs, limits, hooks, num_cpus_per_task, arrived, resources or {})
+        results = _run_on_ray(items, kwargs, limits, hooks, preload, num_cpus_per_task, arrived, resources or {})
     missing = sorted(set(range(len(chunks))) - results.keys())
     if missing:
         raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
@@ -248,10 +258,10 @@ def _local_pool(workers: int) -> ThreadPoolExecutor:
 
 
 def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str],
-               workers: int, arrived: Callable[[ChunkResult], None]) -> dict[int, ChunkResult]:
+               preload: tuple[str, ...], workers: int, arrived: Callable[[ChunkResult], None]) -> dict[int, ChunkResult]:
     """Chunks on this process's worker threads, each feeding its own sandbox; the first error stops the rest."""
     pool = _local_pool(workers)
-    futures = {pool.submit(_isolated_chunk, index, blob, limits, hooks, kwargs): index for index, blob in items}
+    futures = {pool.submit(_isolated_chunk, index, blob, limits, hooks, kwargs, preload): index for index, blob in items}
     results: dict[int, ChunkResult] = {}
     try:
         for future in as_completed(futures):
@@ -268,7 +278,7 @@ def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: L
 
 
 def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str],
-                num_cpus_per_task: float, arrived: Callable[[ChunkResult], None],
+                preload: tuple[str, ...], num_cpus_per_task: float, arrived: Callable[[ChunkResult], None],
                 resources: dict[str, float]) -> dict[int, ChunkResult]:
     """Chunks as Ray tasks (a few per CPU of the cluster in flight at once), with finite retries; the first error cancels the rest.
 
@@ -281,7 +291,7 @@ def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: 
 
     task = ray.remote(_ray_chunk).options(num_cpus=num_cpus_per_task, resources=resources or None,
                                           max_retries=limits.max_task_retries)  # Ray retries a dead worker's task
-    shared = ray.put(dict(limits=limits, hooks=hooks, kwargs=kwargs))  # the chunk worker (a tokenizer's config...) once
+    shared = ray.put(dict(limits=limits, hooks=hooks, kwargs=kwargs, preload=preload))  # the chunk worker (a tokenizer's config...) once
     window = max(8, 4 * int(ray.cluster_resources().get("CPU", 1) / num_cpus_per_task))  # ray.wait scans what it is given
     todo, pending, results = iter(items), {}, {}
     try:

@@ -102,6 +102,7 @@ class PrepareJob(Protocol):
     """What a kind of prepare job provides; :func:`run_prepare` does the rest."""
 
     name: str  # the command, e.g. "pretokenize": in the output marker and in messages
+    sandbox_imports: tuple[str, ...]  # what its worker imports in a sandbox: loaded once per sandbox (run_chunks' preload)
 
     @property
     def cfg(self) -> JobConfig: ...
@@ -161,7 +162,8 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         results = run_chunks(plan.chunks, faults.Armed(job.worker(plan, s3), spec), output_uri=_absolute(cfg.output),
                              rejects_uri=_absolute(cfg.rejects_uri),
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
-                             on_result=_advance(bar, t_run), resources=cfg.ray.resources, fresh=growth is None)
+                             on_result=_advance(bar, t_run), resources=cfg.ray.resources, fresh=growth is None,
+                             preload=job.sandbox_imports)
     counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
     sources = _with_rows(plan, results)
     totals = growth.totals(counts) if growth else counts

@@ -3,8 +3,10 @@
 A native decoder can segfault or abort on a malformed file, and some inputs make
 code spin; a Python ``try`` catches neither. So each Ray worker process (each worker
 thread of the local executor) runs its chunks in a long-lived *sandbox* child process
-(started once, with ``python -m``: no fork of a process that holds Lance state) and
-watches it:
+and watches it. Sandboxes are forked from a zygote (:mod:`prep.runtime.zygote`: started
+once with ``python -m``, no fork of a process that holds Lance state) that has imported the
+job's modules, so restarting one after a crash or a hang, or probing an item, costs a fork,
+not an interpreter importing torch again:
 
 - The chunk worker walks its items through :meth:`Progress.items`, which marks the
   index of the item in hand in a shared 8-byte page (no message per item, so no
@@ -49,7 +51,6 @@ import os
 import pickle
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -64,6 +65,7 @@ from prep.runtime.config import JobConfig
 from prep.errors import PrepError
 from prep.prepare.faults import ENV as RAISE_ENV
 from prep.runtime.ray_cluster import WORKER_ENV
+from prep.runtime.zygote import Zygote
 
 __all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "TEST_HOOKS", "dumps", "hooks_from_env", "run_isolated", "stop_sandboxes"]
 
@@ -211,51 +213,69 @@ def _lasting(env: dict[str, str]) -> dict[str, str]:
 
 
 class _Sandbox:
-    """The parent side: one child process, restarted after it dies or is killed, or when the
-    environment it would start with changed (a child keeps the one it started with)."""
+    """The parent side: a zygote (:mod:`prep.runtime.zygote`) and the child it forked, restarted
+    (forked again: milliseconds) after it dies or is killed. The zygote is started again when the
+    environment it would start with changed (its children keep the one it started with)."""
 
     def __init__(self) -> None:
-        self._proc: subprocess.Popen | None = None
+        self._zygote: Zygote | None = None
+        self._pid: int | None = None
         self._conn: Connection | None = None
         self._page: mmap.mmap | None = None
-        self._env: dict[str, str] = {}
 
-    def _start(self, env: dict[str, str]) -> None:
+    def _start(self, env: dict[str, str], preload: tuple[str, ...]) -> None:
+        if self._zygote is None or not self._zygote.alive() or _lasting(env) != _lasting(self._zygote.env):
+            self.close()
+            err_read, err_write = os.pipe()  # the zygote's and its children's stderr: shown only with -v
+            try:
+                self._zygote = Zygote(env, stderr=err_write)
+            finally:
+                os.close(err_write)
+            threading.Thread(target=_relay_stderr, args=(err_read,), name="sandbox-stderr", daemon=True).start()
         parent, child = os.pipe(), os.pipe()  # requests parent->child, replies child->parent
         page_file = tempfile.TemporaryFile()
         page_file.write(b"\0" * _MARK.size)
         page_file.flush()
-        fds = (parent[0], child[1], page_file.fileno())
-        err_read, err_write = os.pipe()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "prep.prepare.isolation", *map(str, fds)], pass_fds=fds, env=env, close_fds=True,
-            stderr=err_write,
-        )
-        self._env = env
-        os.close(parent[0])
-        os.close(child[1])
-        os.close(err_write)
-        threading.Thread(target=_relay_stderr, args=(err_read,), name="sandbox-stderr", daemon=True).start()
+        try:
+            self._pid = self._zygote.fork("prep.prepare.isolation:_child", (parent[0], child[1], page_file.fileno()), preload)
+        except OSError as exc:
+            for fd in (parent[1], child[0]):
+                os.close(fd)
+            page_file.close()
+            raise PrepError(f"could not start a sandbox: {exc}") from None
+        finally:
+            os.close(parent[0])  # the child has its own copies
+            os.close(child[1])
         self._send, self._conn = Connection(parent[1], readable=False), Connection(child[0], writable=False)
         self._page = mmap.mmap(page_file.fileno(), _MARK.size)
         page_file.close()
 
-    def _stop(self) -> None:
-        if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.kill()
-            self._proc.wait()
+    def _stop(self) -> int | None:
+        """Kills the child unless it ended; its exit code."""
+        code = None
+        if self._pid is not None:
+            self._zygote.kill(self._pid)
+            code = self._zygote.wait(self._pid)
             self._send.close()
             self._conn.close()
             self._page.close()
-        self._proc = None
+        self._pid = None
+        return code
 
-    def _attempt(self, request: bytes, timeout: float) -> tuple[str, Any]:
+    def close(self) -> None:
+        """Stops the child and the zygote."""
+        self._stop()
+        if self._zygote is not None:
+            self._zygote.close()
+        self._zygote = None
+
+    def _attempt(self, request: bytes, timeout: float, preload: tuple[str, ...]) -> tuple[str, Any]:
         """Runs one request: ``("ok", value)``, ``("error", text)``, or ``("died", (item, reason))``."""
         env = _child_env()
-        if self._proc is None or self._proc.poll() is not None or _lasting(env) != _lasting(self._env):  # a kept child must see today's environment
+        if (self._pid is None or self._zygote.poll(self._pid) is not None
+                or _lasting(env) != _lasting(self._zygote.env)):  # a kept child must see today's environment
             self._stop()
-            self._start(env)
+            self._start(env, preload)
         _MARK.pack_into(self._page, 0, _IDLE)
         try:
             self._send.send_bytes(request)
@@ -275,7 +295,7 @@ class _Sandbox:
             if self._conn.poll(min(0.25, timeout / 4)):
                 try:
                     return pickle.loads(self._conn.recv_bytes())
-                except EOFError:
+                except EOFError:  # the child is gone: its end of the pipe closed
                     break
             item = _MARK.unpack_from(self._page, 0)[0]
             now = time.monotonic()
@@ -284,14 +304,13 @@ class _Sandbox:
             elif item != _IDLE and now - since > timeout:
                 self._stop()
                 return "died", (item, f"timed out after {timeout:g} s (item_timeout_s)")
-            if self._proc.poll() is not None and not self._conn.poll():
+            if self._zygote.poll(self._pid) is not None and not self._conn.poll():
                 break
         item = _MARK.unpack_from(self._page, 0)[0]
-        code = self._proc.wait()
-        self._stop()
-        return "died", (item, _describe_death(code))
+        return "died", (item, _describe_death(self._stop()))
 
-    def run(self, fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str]) -> tuple[Any, int]:
+    def run(self, fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str],
+            preload: tuple[str, ...]) -> tuple[Any, int]:
         """``fn(progress, **kwargs)`` in the child, poisoning items that crash or hang it.
 
         Returns:
@@ -304,13 +323,13 @@ class _Sandbox:
         poison: dict[int, str] = {}
         restarts = 0
         while True:
-            kind, value = self._attempt(dumps((fn, kwargs, poison, hooks, None)), limits.item_timeout_s)
+            kind, value = self._attempt(dumps((fn, kwargs, poison, hooks, None)), limits.item_timeout_s, preload)
             if kind == "ok":
                 return value, restarts
             if kind == "error":
                 raise PrepError(value)
             item, reason = value
-            if item != _IDLE and self._confirmed(fn, kwargs, item, limits, hooks):
+            if item != _IDLE and self._confirmed(fn, kwargs, item, limits, hooks, preload):
                 poison[item] = reason
                 if len(poison) > limits.max_bad_items_per_chunk:
                     raise PrepError(f"{len(poison)} items crashed or timed out in one chunk (max_bad_items_per_chunk={limits.max_bad_items_per_chunk}); last: {reason}")
@@ -322,10 +341,11 @@ class _Sandbox:
                 raise PrepError(f"{reason} {where}, {restarts} times (max_task_retries={limits.max_task_retries}){shown}")
             log.warning("%s %s; the whole chunk runs again (restart %d of max_task_retries=%d)", reason, where, restarts, limits.max_task_retries)
 
-    def _confirmed(self, fn: Callable[..., Any], kwargs: dict[str, Any], item: int, limits: Limits, hooks: dict[str, str]) -> bool:
+    def _confirmed(self, fn: Callable[..., Any], kwargs: dict[str, Any], item: int, limits: Limits, hooks: dict[str, str],
+                   preload: tuple[str, ...]) -> bool:
         """Whether ``item`` alone, in a fresh child, crashes or hangs it too: the mark can name an
         innocent item (a signal sent to the whole process, a crash on another thread)."""
-        kind, value = self._attempt(dumps((fn, kwargs, {}, hooks, item)), limits.item_timeout_s)
+        kind, value = self._attempt(dumps((fn, kwargs, {}, hooks, item)), limits.item_timeout_s, preload)
         return kind == "died" and value[0] == item
 
 
@@ -345,23 +365,26 @@ _STARTED: list[_Sandbox] = []
 
 @atexit.register
 def stop_sandboxes() -> None:
-    """Stops (and waits for) every sandbox this process started, so their CPU time is its own."""
+    """Stops (and waits for) every sandbox this process started and its zygote, so their CPU time is its own."""
     for sandbox in _STARTED:
-        sandbox._stop()
+        sandbox.close()
 
 
 def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
-                 hooks: dict[str, str] | None = None) -> tuple[Any, int]:
+                 hooks: dict[str, str] | None = None, preload: tuple[str, ...] = ()) -> tuple[Any, int]:
     """Runs ``fn(progress, **kwargs)`` in this thread's sandbox child (see the module docstring).
 
-    The sandbox is started on the thread's first call and kept: a Ray worker, or a worker
-    thread of the local executor's pool, pays for its imports (torch, Lance) once.
+    The sandbox's zygote is started on the thread's first call and kept: a Ray worker, or a worker
+    thread of the local executor's pool, pays for its imports (torch, Lance) once, and a child
+    restarted after a crash or a hang, or a probe, starts in milliseconds.
 
     Args:
         fn: a module-level function taking a :class:`Progress` first.
         kwargs: its other arguments (picklable).
         limits: the job's limits.
         hooks: the test hooks the driver saw (:func:`hooks_from_env`; tests only).
+        preload: modules the zygote imports before it forks the child (``fn``'s heavy imports),
+            so that restarted children and probes have them; never a module that runs Lance.
 
     Returns:
         What ``fn`` returned, and how many times the chunk was restarted after a death
@@ -374,7 +397,7 @@ def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
     if sandbox is None:
         sandbox = _SANDBOXES.sandbox = _Sandbox()
         _STARTED.append(sandbox)
-    return sandbox.run(fn, kwargs, limits, hooks or {})
+    return sandbox.run(fn, kwargs, limits, hooks or {}, preload)
 
 
 def _apply(hooks: dict[str, str]) -> None:
@@ -387,11 +410,7 @@ def _apply(hooks: dict[str, str]) -> None:
 
 
 def _child(request_fd: int, reply_fd: int, page_fd: int) -> None:
-    """The sandbox's loop: serve requests until the parent goes away."""
-    if sys.platform.startswith("linux"):  # die with the parent, even when stuck in an item
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    """The sandbox's loop (forked by the zygote, dies with it): serve requests until the parent goes away."""
     requests, replies = Connection(request_fd, writable=False), Connection(reply_fd, readable=False)
     page = mmap.mmap(page_fd, _MARK.size)
     while True:
@@ -407,7 +426,3 @@ def _child(request_fd: int, reply_fd: int, page_fd: int) -> None:
             reply = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         _MARK.pack_into(page, 0, _IDLE)
         replies.send_bytes(pickle.dumps(reply))
-
-
-if __name__ == "__main__":
-    _child(*map(int, sys.argv[1:4]))

@@ -22,6 +22,8 @@ import sys
 import threading
 from typing import Any
 
+from prep.runtime.zygote import lance_running
+
 __all__ = ["dataset", "forget", "keep", "inherited_lance"]
 
 _lock = threading.RLock()
@@ -33,24 +35,9 @@ _inherited = False
 _helper: "_Helper | None" = None
 
 
-def _lance_threads_running() -> bool:
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:  # no procfs: assume the worst once Lance is imported
-        return "lance" in sys.modules
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/comm") as f:
-                if f.read().startswith("lance"):
-                    return True
-        except OSError:
-            continue
-    return False
-
-
 def _before_fork() -> None:
     global _parent_ran_lance
-    _parent_ran_lance = "lance" in sys.modules and _lance_threads_running()
+    _parent_ran_lance = lance_running()
 
 
 def _after_fork_in_child() -> None:

@@ -7,7 +7,9 @@ pipe. Kill the trainer and all of them stay, adopted by init, the workers blocke
 a consumer that is gone (and the tracker, which unlinks the run's named semaphores in /dev/shm
 once every holder of its pipe is gone, never gets to).
 
-So each worker watches the process that started it (:func:`watch`): a thread waits on a pidfd
+So each worker watches the process that started it (:func:`watch`), from the moment it is forked
+(:mod:`prep.reader.preload`: the trainer can die before torch's worker loop starts, and a worker
+forked then waits for indices forever): a thread waits on a pidfd
 of that process (Linux >= 5.3; elsewhere it polls the pid every :data:`POLL_S` seconds). When
 it is gone, the thread interrupts the worker's main thread, so the reader's ``finally`` blocks
 stop its threads and close its splits, and ends the process itself if it still runs
@@ -41,22 +43,25 @@ POLL_S = 1.0  # where pidfds do not exist: how often the parent's pid is checked
 _watching: int | None = None  # the pid whose watch thread runs (a forked child starts its own)
 
 
-def watch() -> None:
+def watch(*, forked: bool = False) -> None:
     """In a worker process: end this process soon after the process that started it dies.
 
-    Idempotent; does nothing outside a ``multiprocessing`` child (the trainer itself).
+    Idempotent; does nothing outside a ``multiprocessing`` child (the trainer itself). ``forked``:
+    called in a fork hook (:mod:`prep.reader.preload`), before multiprocessing has read which process
+    started this one; the thread waits until it has.
     """
     global _watching
-    parent = multiprocessing.parent_process()
-    if _watching == os.getpid() or parent is None or parent.pid is None:
+    if _watching == os.getpid() or (not forked and multiprocessing.parent_process() is None):
         return
     _watching = os.getpid()
-    threading.Thread(target=_end_after, args=(parent.pid,), name="prep-lifeline", daemon=True).start()
+    threading.Thread(target=_end_after, name="prep-lifeline", daemon=True).start()
 
 
-def _end_after(pid: int) -> None:
-    _wait_for_exit(pid)
-    print(f"prep.reader: worker {os.getpid()} exits: the process that started it ({pid}) is gone", file=sys.stderr,
+def _end_after() -> None:
+    while (parent := multiprocessing.parent_process()) is None or parent.pid is None:
+        time.sleep(POLL_S / 20)
+    _wait_for_exit(parent.pid)
+    print(f"prep.reader: worker {os.getpid()} exits: the process that started it ({parent.pid}) is gone", file=sys.stderr,
           flush=True)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # else interrupt_main would do nothing
         _thread.interrupt_main()  # KeyboardInterrupt: torch's worker loop ends quietly, finally blocks run

@@ -9,8 +9,11 @@ the workers' counters.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import multiprocessing
 import time
+import weakref
 from multiprocessing import forkserver
 from typing import Any, Iterator
 
@@ -29,6 +32,22 @@ from prep.reader.spec import TEXT_KINDS
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
 
 __all__ = ["Loader", "require_steps", "worker_context"]
+
+_OPEN: "weakref.WeakSet[Iterator[Batch]]" = weakref.WeakSet()  # the Loader iterations not finished yet
+
+
+@atexit.register
+def _close_open() -> None:
+    """Closes the iterations still open at interpreter exit, while every module is whole.
+
+    Left open (a trainer that exits mid-epoch), an iteration is otherwise closed when the interpreter
+    wipes the globals of the module holding it, which can come after the globals of the modules its
+    ``finally`` blocks run (``multiprocessing.synchronize``, ``concurrent.futures``) were set to None
+    (Python 3.12 printed ``AttributeError: 'NoneType' object has no attribute 'Empty'``).
+    """
+    for iteration in list(_OPEN):
+        with contextlib.suppress(ValueError):  # running on another thread: that thread closes it
+            iteration.close()
 
 
 def require_steps(dataset: ReaderDataset) -> None:
@@ -135,6 +154,11 @@ class Loader:
         self._position, self._loaded = st.check(self.dataset, state), True
 
     def __iter__(self) -> Iterator[Batch]:
+        iteration = self._iterate()
+        _OPEN.add(iteration)
+        return iteration
+
+    def _iterate(self) -> Iterator[Batch]:
         schedule = self.dataset.schedule
         if not self._loaded and self._position == schedule.end:
             self._position = schedule.position(0)

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import atexit
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -26,6 +28,22 @@ from prep.reader.transform import Transformer
 from prep.runtime.world import Share
 
 __all__ = ["Pipeline"]
+
+_OPEN: "weakref.WeakSet[Pipeline]" = weakref.WeakSet()
+
+
+@atexit.register
+def _shut_open() -> None:
+    """Shuts down the pipelines still open at interpreter exit, while every module is whole.
+
+    An iterator left open (a trainer that exits mid-epoch) is otherwise closed when the interpreter
+    wipes the globals of the module holding it, which can come after the globals of the modules its
+    shutdown runs (``concurrent.futures``, this package) were set to None: Python 3.12 printed
+    ``AttributeError: 'NoneType' object has no attribute 'Empty'`` from the batcher's thread pool.
+    That later close finds the pipeline shut and returns at once.
+    """
+    for pipeline in list(_OPEN):
+        pipeline.shutdown()
 
 
 class Pipeline:
@@ -65,6 +83,8 @@ class Pipeline:
         self._schedule, self._local_rows, self._worker, self._num_workers = \
             schedule, share.local_batch_size, worker, num_workers
         self._source_rows, self._source_tokens = np.zeros(spec.sources, np.int64), np.zeros(spec.sources, np.int64)
+        self._shut = False
+        _OPEN.add(self)
         self.reset({EPOCH_KEY: start[0], STEP_KEY: start[1]})
 
     def reset(self, initial_state: dict[str, int] | None) -> None:
@@ -113,6 +133,11 @@ class Pipeline:
             **(cache_counters(self.fetch) if self.fetch is not None else {}))
 
     def shutdown(self) -> None:
+        """Stops every stage's threads; again, a no-op that reads no module global (:func:`_shut_open`)."""
+        if self._shut:
+            return
+        self._shut = True
+        _OPEN.discard(self)
         self.last.shutdown()
         if self.fetch is not None:
             self.fetch.shutdown()

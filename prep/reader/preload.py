@@ -7,6 +7,13 @@ runtime has started (:mod:`prep.reader.forksafe`). The forkserver imports Lance 
 it, so its forks are the safe kind the warning itself recommends, and the warning is silenced
 there. Only there: each forked worker drops the filter, so a worker that forks after reading
 still hears it.
+
+Each forked worker also starts its lifeline (:mod:`prep.reader.lifeline`) at once: a trainer
+killed while its workers start (before torch's worker loop runs any prep code) left a worker
+waiting for indices forever, and with it the forkserver, the resource tracker and the run's
+semaphores in /dev/shm. Even a trainer killed before the forkserver finished its imports can
+leave one: its request to fork, queued on the forkserver's socket, holds the forkserver's
+"alive" pipe open, so the forkserver forks that worker after all.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import warnings
 
 import torch  # noqa: F401
 import prep.reader  # noqa: F401
+from prep.reader import lifeline
 
 __all__: list[str] = []
 
@@ -24,9 +32,10 @@ warnings.filterwarnings("ignore", message="lance is not fork-safe", category=Use
 _FILTER = warnings.filters[0]
 
 
-def _drop_filter() -> None:
+def _in_worker() -> None:
     with contextlib.suppress(ValueError):
         warnings.filters.remove(_FILTER)
+    lifeline.watch(forked=True)
 
 
-os.register_at_fork(after_in_child=_drop_filter)
+os.register_at_fork(after_in_child=_in_worker)

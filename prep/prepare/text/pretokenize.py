@@ -12,7 +12,7 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, ClassVar, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -312,6 +312,7 @@ class TextJob:
 
     cfg: PretokenizeConfig
     name: str = "pretokenize"
+    sandbox_imports: ClassVar[tuple[str, ...]] = ("prep.prepare.text.pretokenize", "tokenizers")
 
     def plan(self, s3: storage.S3Options, prior: Prior | None = None) -> ChunkPlan:
         cfg = self.cfg
