@@ -94,7 +94,8 @@ def run(kind: str, path: str, src: Path, out: Path, cpus: int, tokenizer: str) -
     m = measure.run(cmd, env=ENV)
     if m.returncode != 0:
         raise SystemExit(f"{path} {kind} failed ({m.returncode}): {m.stderr[-3000:]}")
-    summary = json.loads(m.stdout.strip().splitlines()[-1])
+    out_text = m.stdout.strip()
+    summary = json.loads(out_text if out_text.startswith("{") else out_text.rsplit("\n", 1)[-1])  # prep's --json, or the pipeline's last line
     units = summary.get("tokens") if kind == "text" else summary["rows_written"]
     return {"kind": kind, "path": path, "wall_s": round(m.wall_s, 2), "cpu_s": round(m.cpu_s, 2), "units": units,
             "rows": summary["rows_written"], "rejected": summary["rows_rejected"], "per_cpu_s": round(units / m.cpu_s, 1)}

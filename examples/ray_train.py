@@ -5,7 +5,7 @@ rank resolution takes the rank and world size Ray Train gives it (checked agains
 ``ray.train.get_context()``); every ``--ckpt-every`` steps rank 0 puts the reader state in the
 checkpoint it gives ``ray.train.report``. When a worker dies, ``FailureConfig`` restarts the group
 from the last checkpoint and the reader resumes at the next global step; a restart on fewer
-workers (``--resume-from`` with a smaller ``--workers``) continues the same global batches.
+workers (``--resume-from`` a checkpoint, with a smaller ``--workers``) continues the same global batches.
 
     prep materialize-shuffle --table out/gsm8k.lance --output out/gsm8k-epochs --epochs 1 --splits 2
     python examples/ray_train.py --data out/gsm8k-epochs --storage /tmp/ray-train --workers 2
@@ -43,7 +43,9 @@ def train_loop(config: dict) -> None:
     model = torch.nn.Sequential(torch.nn.EmbeddingBag(32768, 16), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     step = 0
-    checkpoint = ray.train.get_checkpoint()
+    checkpoint = ray.train.get_checkpoint()  # the latest of this run (a restart), else the one to continue from
+    if checkpoint is None and config.get("resume_from"):
+        checkpoint = Checkpoint(config["resume_from"])
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
@@ -77,17 +79,17 @@ def train_loop(config: dict) -> None:
 
 
 def fit(data: str, storage: str, name: str, *, workers: int, global_batch: int, steps: int, ckpt_every: int = 1,
-        resume_from: Checkpoint | None = None, log: str | None = None, kill_after_step: int | None = None,
+        resume_from: str | None = None, log: str | None = None, kill_after_step: int | None = None,
         max_failures: int = 2) -> ray.train.Result:
     """Runs the trainer; ``kill_after_step`` SIGKILLs the last worker once before that step (the resume tests)."""
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"data": os.path.abspath(data), "global_batch": global_batch, "steps": steps, "ckpt_every": ckpt_every,
-                           "log": log, "kill_after_step": kill_after_step, "killed": os.path.join(storage, f"{name}.killed")},
+                           "log": log, "kill_after_step": kill_after_step, "killed": os.path.join(storage, f"{name}.killed"),
+                           "resume_from": resume_from},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=False, resources_per_worker={"CPU": 0.5}),
         run_config=RunConfig(name=name, storage_path=os.path.abspath(storage), failure_config=FailureConfig(max_failures=max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=None)),
-        resume_from_checkpoint=resume_from,
     )
     return trainer.fit()
 
@@ -107,7 +109,7 @@ def main() -> None:
     args = p.parse_args()
     ray.init()
     result = fit(args.data, args.storage, args.name, workers=args.workers, global_batch=args.global_batch_size, steps=args.steps,
-                 ckpt_every=args.ckpt_every, resume_from=Checkpoint.from_directory(args.resume_from) if args.resume_from else None,
+                 ckpt_every=args.ckpt_every, resume_from=args.resume_from,
                  log=args.log_batches, kill_after_step=args.kill_after_step)
     print(json.dumps({"metrics": result.metrics, "checkpoint": result.checkpoint.path if result.checkpoint else None}))
 

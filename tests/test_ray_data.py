@@ -300,5 +300,22 @@ def test_ray_train_resumes_exactly_after_a_worker_is_killed_and_on_fewer_workers
 
     at_3 = next(c for c, m in result.best_checkpoints if m["step"] == 3)
     fewer = tmp_path / "fewer.jsonl"
-    ray_train.fit(epochs, str(tmp_path / "storage"), "fewer", workers=1, global_batch=4, steps=steps, log=str(fewer), resume_from=at_3)
+    ray_train.fit(epochs, str(tmp_path / "storage"), "fewer", workers=1, global_batch=4, steps=steps, log=str(fewer), resume_from=at_3.path)
     assert global_batches(fewer) == {k: v for k, v in want.items() if k[1] >= 3}
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_write_table_and_read_table_on_s3(ray_local, s3_bucket, tokenizer_dir):
+    """The workers get the driver's resolved storage options: they do not share its environment."""
+    import ray
+
+    from prep.integrations.ray_data import read_table, write_table
+
+    out = f"s3://{s3_bucket}/t.lance"
+    ds = ray_local.data.from_items(gsm_rows(10) + [{"question": "q", "answer": None}])
+    summary = write_table(tokenize(ds, tokenizer_dir), out, max_reject_fraction=0.2)
+    assert (summary["rows_written"], summary["rows_rejected"], summary["rejects"]) == (10, 1, f"s3://{s3_bucket}/t.rejects.lance")
+    assert cli_main(["inspect", out]) == 0
+    got = pa.concat_tables(ray.get(read_table(out, columns=["id"]).to_arrow_refs()))
+    assert got.num_rows == 10 and len(set(got.column("id").to_pylist())) == 10
