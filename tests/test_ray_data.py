@@ -192,6 +192,21 @@ def test_a_crashing_image_is_one_reject_and_the_pipeline_ends(ray_local, tmp_pat
     assert json.loads(table.schema.metadata[b"prep"])["image"]["shape"] == [32, 32, 3]
 
 
+@pytest.mark.slow
+def test_tokenize_isolated_turns_a_row_that_crashes_the_worker_into_one_reject(ray_local, tokenizer_dir, tmp_path):
+    from prep.integrations.ray_data import Tokenize, write_table
+
+    rows = gsm_rows(10)
+    ds = ray_local.data.from_items(rows).map_batches(
+        Tokenize, fn_constructor_kwargs=dict(tokenizer=tokenizer_dir, format="sft", isolate=True), concurrency=1, num_cpus=0.5,
+        batch_format="pyarrow", runtime_env={"env_vars": {"PREP_TEST_FAULTS": "segv:" + rows[3]["question"][:30]}})
+    summary = write_table(ds, str(tmp_path / "t.lance"), max_reject_fraction=0.2)
+
+    assert (summary["rows_read"], summary["rows_written"], summary["rows_rejected"]) == (10, 9, 1)
+    (reject,) = rejects_of(summary["rejects"])
+    assert "signal 11" in reject["reason"] and rows[3]["question"][:30] in reject["raw"]
+
+
 _KILLED = """
 import os, sys, ray
 from prep.integrations.ray_data import Tokenize

@@ -112,13 +112,13 @@ def _loaded(worker: Any) -> Any:
 
 def _tokenize(progress: Progress, *, worker: Any, records: Any, base: np.ndarray) -> tuple[pa.Table, np.ndarray, list[Reject]]:
     """The text chunk worker on one batch: its rows, which of them are a source row's first piece, its rejects."""
-    from prep.prepare.text.pretokenize import _piece_ids
+    from prep.prepare.text.pretokenize import piece_ids
 
     pieces: list[np.ndarray] = []
 
     def ids(positions: np.ndarray, piece: np.ndarray) -> np.ndarray:
         pieces.append(piece)
-        return _piece_ids(ID_KEY, base[positions], piece)
+        return piece_ids(ID_KEY, base[positions], piece)
 
     out = _loaded(worker).encode(records, RAY_INPUT, ids, ID_KEY, progress)
     return out.table, (pieces[0] == 0) if pieces else np.ones(out.table.num_rows, bool), out.rejects

@@ -70,8 +70,8 @@ class _Job:
     """What the batches say made them: the prepare command, its config and the metadata keys of how."""
 
     command: Literal["pretokenize", "decode-images"]
-    config: dict[str, Any]
-    made_with: dict[str, Any]
+    config: Mapping[str, object]  # the command's config, as JSON
+    made_with: Mapping[str, object]  # the table metadata keys of how rows were made (kind, tokenizer, image...)
 
     @classmethod
     def of(cls, raw: bytes | str) -> _Job:

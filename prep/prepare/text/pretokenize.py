@@ -35,7 +35,7 @@ from prep.prepare.text.tokenizer import ResolvedTokenizer, resolve_tokenizer
 from prep.prepare.text.tokens import OverlongPolicy, encode_rows, limit_length, pack
 
 __all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "TextJob", "TextChunkWorker", "make_formatter", "run_pretokenize",
-           "table_schema", "format_summary"]
+           "table_schema", "format_summary", "piece_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class TextChunkWorker:
     def __call__(self, chunk: Chunk, progress: Progress = NO_PROGRESS) -> ChunkOutput:
         key = chunk.source.ids_from
         return self.encode(read_chunk(chunk, self.s3, self.cfg.text_unit), chunk.source.uri,
-                           lambda positions, piece: _piece_ids(key, positions, piece), f"{key}#packed@{chunk.start}", progress)
+                           lambda positions, piece: piece_ids(key, positions, piece), f"{key}#packed@{chunk.start}", progress)
 
     def encode(self, records: Records, source: str, ids: IdRule, packed_key: str, progress: Progress = NO_PROGRESS) -> ChunkOutput:
         """``records`` (rows read from ``source``, or handed in by a Ray Data pipeline) as table rows, rejects and counts.
@@ -247,7 +247,7 @@ def make_formatter(cfg: PretokenizeConfig, tokenizer: ResolvedTokenizer) -> SFTF
     return formatter
 
 
-def _piece_ids(key: str, positions: np.ndarray, piece: np.ndarray) -> np.ndarray:
+def piece_ids(key: str, positions: np.ndarray, piece: np.ndarray) -> np.ndarray:
     """Piece 0 keeps the row's own id; later pieces of a split row get salted ids."""
     ids = stable_ids(key, positions, 0)
     later = piece > 0
