@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -77,14 +78,17 @@ def lake(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_the_issues_snippet_runs_as_written_on_a_local_ray(lake, tokenizer_dir, tmp_path):
-    """In a process of its own: ``concurrency=8`` needs a Ray with 8 CPUs (logical ones: ``ray.init(num_cpus=8)``);
-    on the session's 2-CPU Ray a pool of 8 one-CPU actors never fills and Ray Data waits for it."""
+    """In a process of its own: ``concurrency=8`` needs a Ray with more than 8 CPUs (logical ones: ``ray.init(num_cpus=10)``):
+    on the session's 2-CPU Ray a pool of 8 one-CPU actors never fills, and with exactly 8 the actors leave no CPU to the
+    reads and writes; either way Ray Data waits forever (ray issue 44687)."""
     out = str(tmp_path / "chat.lance")
-    script = (f"import ray\nray.init(num_cpus=8, include_dashboard=False, _temp_dir={str(tmp_path / 'ray')!r})\n"
+    temp = tempfile.mkdtemp(prefix="prep-rd-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    script = (f"import ray\nray.init(num_cpus=10, include_dashboard=False, _temp_dir={temp!r})\n"
               f"LAKE, TOKENIZER, OUT = {str(lake)!r}, {tokenizer_dir!r}, {out!r}\n" + SNIPPET
               + "assert table.count() == summary['rows_written'] == 40, summary\n")
     proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
                           text=True, timeout=600, start_new_session=True)
+    shutil.rmtree(temp, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert lance.dataset(out).count_rows() == ROWS
 
