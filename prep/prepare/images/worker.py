@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +23,7 @@ from prep.io import storage
 from prep.prepare.ids import stable_ids
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.labels import LabelMap
+from prep.prepare.images.samples import Sample
 from prep.prepare.images.sources import read_chunk
 from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.chunk_runner import ChunkOutput
@@ -88,13 +89,17 @@ class ImageChunkWorker:
         """The chunk's rows as a stream of record batches: a task holds one batch of pixels
         at a time, not the whole chunk. ``rejects`` and ``counts`` are complete once the
         stream has been read (the writer reads it before it looks at them)."""
+        return self.decode(read_chunk(chunk, self.cfg, self.s3), progress)
+
+    def decode(self, items: Iterable[Sample | Reject], progress: Progress = NO_PROGRESS) -> ChunkOutput:
+        """``items`` (a chunk's, or a Ray Data batch's) as :meth:`__call__` returns them."""
         counts: Counter = Counter()
         rejects: list[Reject] = []
         schema = table_schema(self.cfg)
-        batches = self._batches(chunk, progress, schema, rejects, counts)
+        batches = self._batches(items, progress, schema, rejects, counts)
         return ChunkOutput(pa.RecordBatchReader.from_batches(schema, batches), rejects, counts)
 
-    def _batches(self, chunk: Any, progress: Progress, schema: pa.Schema, rejects: list[Reject],
+    def _batches(self, items: Iterable[Sample | Reject], progress: Progress, schema: pa.Schema, rejects: list[Reject],
                  counts: Counter) -> Iterator[pa.RecordBatch]:
         from prep.prepare.images.row import image_row  # torch and the decoders: only where images are decoded
         from prep.prepare.images.transform import Fit
@@ -102,7 +107,7 @@ class ImageChunkWorker:
         cfg = self.cfg
         fit_ = Fit(*cfg.shape[:2], cfg.resize, cfg.interpolation, cfg.antialias, cfg.pad_value)
         rows = _Rows(cfg)
-        for item, poison in progress.items(read_chunk(chunk, cfg, self.s3), name=_source):
+        for item, poison in progress.items(items, name=_source):
             if isinstance(item, Reject):
                 rejects.append(item)
                 counts["rows_read" if item.is_row else "files_rejected"] += 1

@@ -12,7 +12,7 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Sequence
+from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -30,14 +30,17 @@ from prep.prepare.ids import stable_ids
 from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.chunk_runner import ChunkOutput
 from prep.prepare.rejects import RAW_PREFIX_CHARS, Reject
-from prep.prepare.text.sources import Chunk, InputFormat, TextUnit, list_sources, plan_chunks, read_chunk
+from prep.prepare.text.sources import Chunk, InputFormat, Records, TextUnit, list_sources, plan_chunks, read_chunk
 from prep.prepare.text.tokenizer import ResolvedTokenizer, resolve_tokenizer
 from prep.prepare.text.tokens import OverlongPolicy, encode_rows, limit_length, pack
 
 __all__ = ["PretokenizeConfig", "SFTConfig", "PackConfig", "TextJob", "TextChunkWorker", "make_formatter", "run_pretokenize",
-           "table_schema", "format_summary"]
+           "table_schema", "format_summary", "piece_ids"]
 
 log = logging.getLogger(__name__)
+
+IdRule = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""``ids(positions, piece) -> uint64 ids`` of a chunk's unpacked rows (:meth:`TextChunkWorker.encode`)."""
 
 
 class SFTConfig(ConfigModel):
@@ -141,8 +144,17 @@ class TextChunkWorker:
     formatter: SFTFormatter | TextFormatter  # made by the driver (make_formatter): its proved frames travel with it
 
     def __call__(self, chunk: Chunk, progress: Progress = NO_PROGRESS) -> ChunkOutput:
+        key = chunk.source.ids_from
+        return self.encode(read_chunk(chunk, self.s3, self.cfg.text_unit), chunk.source.uri,
+                           lambda positions, piece: piece_ids(key, positions, piece), f"{key}#packed@{chunk.start}", progress)
+
+    def encode(self, records: Records, source: str, ids: IdRule, packed_key: str, progress: Progress = NO_PROGRESS) -> ChunkOutput:
+        """``records`` (rows read from ``source``, or handed in by a Ray Data pipeline) as table rows, rejects and counts.
+
+        ``ids(positions, piece)`` gives the ids of unpacked rows from their records' positions and their piece
+        numbers (0, or 1, 2... for the later pieces of a split row); packed rows are numbered under ``packed_key``.
+        """
         cfg, tok = self.cfg, self.tokenizer
-        records = read_chunk(chunk, self.s3, cfg.text_unit)
         counts: Counter = Counter()
         rejects = list(records.rejects)
         counts["rows_read"] = len(records.rows) + sum(r.is_row for r in rejects)
@@ -161,10 +173,10 @@ class TextChunkWorker:
                 row_segments = formatter(row)
                 passed = [_as_text(row, name) for name in cfg.passthrough]
             except RowError as exc:
-                rejects.append(Reject(chunk.source.uri, records.position_label(i), str(exc), _raw(row)))
+                rejects.append(Reject(source, records.position_label(i), str(exc), _raw(row)))
                 continue
             except Exception as exc:  # whatever one row raises costs that row only
-                rejects.append(Reject(chunk.source.uri, records.position_label(i), _failed("format", exc), _raw(row)))
+                rejects.append(Reject(source, records.position_label(i), _failed("format", exc), _raw(row)))
                 continue
             segments.add_row(row_segments)
             kept.append(i)
@@ -173,7 +185,7 @@ class TextChunkWorker:
                                    name=lambda j: _raw(records.rows[kept[j]]))
         for j, exc in failed.items():
             i = kept[j]
-            rejects.append(Reject(chunk.source.uri, records.position_label(i), _failed("tokenize", exc, _segments_of(segments, j)), _raw(records.rows[i])))
+            rejects.append(Reject(source, records.position_label(i), _failed("tokenize", exc, _segments_of(segments, j)), _raw(records.rows[i])))
         if failed:
             kept, extra = [k for j, k in enumerate(kept) if j not in failed], [e for j, e in enumerate(extra) if j not in failed]
         kept_idx = np.asarray(kept, np.int64)
@@ -187,7 +199,7 @@ class TextChunkWorker:
                 counts["tokens_truncated"] = int((lengths[over] - cfg.max_length).sum())
             if cfg.overlong == "reject":
                 rejects += [
-                    Reject(chunk.source.uri, records.position_label(int(kept_idx[j])), f"{int(lengths[j])} tokens > max_length {cfg.max_length}", _raw(records.rows[int(kept_idx[j])]))
+                    Reject(source, records.position_label(int(kept_idx[j])), f"{int(lengths[j])} tokens > max_length {cfg.max_length}", _raw(records.rows[int(kept_idx[j])]))
                     for j in over
                 ]
             rows, source_row, piece = limit_length(rows, cfg.max_length, cfg.overlong)
@@ -212,7 +224,7 @@ class TextChunkWorker:
             n, width = packed.input_ids.shape if packed.input_ids.size else (0, cfg.pack.seq_len)
             table = pa.table(
                 {
-                    "id": stable_ids(f"{chunk.source.ids_from}#packed@{chunk.start}", np.arange(n)),
+                    "id": stable_ids(packed_key, np.arange(n)),
                     "input_ids": pa.FixedSizeListArray.from_arrays(packed.input_ids.ravel(), width),
                     "loss_mask": pa.FixedSizeListArray.from_arrays(packed.loss_mask.ravel(), width),
                     "position_ids": pa.FixedSizeListArray.from_arrays(packed.position_ids.ravel(), width),
@@ -223,7 +235,7 @@ class TextChunkWorker:
         else:
             input_ids, loss_mask = rows.arrow_lists()
             columns: dict[str, Any] = {
-                "id": _piece_ids(chunk.source.ids_from, positions, piece),
+                "id": ids(positions, piece),
                 "input_ids": input_ids,
                 "loss_mask": loss_mask,
                 "length": rows.lengths.astype(np.int32),
@@ -258,7 +270,7 @@ def make_formatter(cfg: PretokenizeConfig, tokenizer: ResolvedTokenizer) -> SFTF
     return formatter
 
 
-def _piece_ids(key: str, positions: np.ndarray, piece: np.ndarray) -> np.ndarray:
+def piece_ids(key: str, positions: np.ndarray, piece: np.ndarray) -> np.ndarray:
     """Piece 0 keeps the row's own id; later pieces of a split row get salted ids."""
     ids = stable_ids(key, positions, 0)
     later = piece > 0
