@@ -209,7 +209,7 @@ class TextChunkWorker:
             left_out = ~trains & training  # split pieces of prompt only: a row that trains nothing (0/0 in a per-row loss)
             counts["pieces_untrained"] = int(left_out.sum())
             counts["pieces_untrained_tokens"] = int(rows.lengths[left_out].sum())
-            rejects += [Reject(chunk.source.uri, records.position_label(int(kept_idx[j])), self._untrained(int(lengths[j])),
+            rejects += [Reject(source, records.position_label(int(kept_idx[j])), self._untrained(int(lengths[j])),
                                _raw(records.rows[int(kept_idx[j])])) for j in np.unique(source_row[~training])]
             rows, source_row, piece = rows.select(trains), source_row[trains], piece[trains]
 
