@@ -154,7 +154,7 @@ def route_segment(job: ResolvedTable, layout: SpillLayout, root: str, index: int
     start, stop = layout.segments[index]
     remote = storage.is_remote(root)
     local = tempfile.mkdtemp(prefix="prep-spill-") if remote else os.path.join(root, f"seg-{index:06d}")
-    schema, writers, files = _spill_schema(job), {}, {}
+    schema, writers, sinks, files = _spill_schema(job), {}, {}, {}
     source = dataset(job, job.source, job.version)
     try:
         if not remote:
@@ -172,12 +172,15 @@ def route_segment(job: ResolvedTable, layout: SpillLayout, root: str, index: int
             for g in np.flatnonzero(np.diff(bounds)):
                 if g not in writers:
                     files[g] = os.path.join(local, f"g-{g:05d}.arrow")
-                    writers[g] = pa.ipc.new_stream(pa.OSFile(files[g], "wb"), schema)
+                    sinks[g] = pa.OSFile(files[g], "wb")
+                    writers[g] = pa.ipc.new_stream(sinks[g], schema)
                 writers[g].write_table(grouped.slice(int(bounds[g]), int(bounds[g + 1] - bounds[g])))
             del table, grouped
         for w in writers.values():
             w.close()
         writers.clear()
+        for f in sinks.values():
+            f.close()
         if remote:
             fs, path = storage.filesystem(root, job.s3)
             for g, name in files.items():
@@ -192,8 +195,8 @@ def route_segment(job: ResolvedTable, layout: SpillLayout, root: str, index: int
                             "(the spill takes about the selected rows' Arrow size)") from None
         raise
     finally:
-        for w in writers.values():  # after a failure: close without raising again (a full disk fails the flush too)
-            try:
+        for w in [*writers.values(), *sinks.values()]:  # after a failure: close without raising again (a full
+            try:                                         # disk fails the flush too); closing twice does nothing
                 w.close()
             except OSError:
                 pass
