@@ -213,3 +213,15 @@ def flip_bytes(path: str | Path, count: int = 10) -> None:
     for i in range(at, min(at + count, len(data))):
         data[i] ^= 0xFF
     Path(path).write_bytes(bytes(data))
+
+
+def same_output(a: str, b: str, manifest_a, manifest_b) -> None:
+    """Two materialized outputs hold the same epochs: equal manifests (plan, counts, paths, checksums) and, split
+    by split, the same ids in the same order."""
+    import lance
+
+    assert manifest_a == manifest_b  # same fingerprint, plan, counts, paths and checksums
+    for entry in manifest_a.epochs:
+        for s in entry.splits:
+            ids = [lance.dataset(f"{d}/{s.path}").to_table(columns=["id"]).column("id").to_numpy() for d in (a, b)]
+            assert np.array_equal(*ids), f"epoch {entry.epoch} split {s.split} differs"

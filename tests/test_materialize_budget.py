@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import lance
-import numpy as np
 import pytest
 
 import tables
@@ -45,14 +43,6 @@ def _reference(unbounded: dict, synthetic: str, tmp_path_factory, **kw) -> tuple
     return unbounded[key]
 
 
-def _same_output(a: str, b: str, manifest_a: Manifest, manifest_b: Manifest) -> None:
-    assert manifest_a == manifest_b  # same fingerprint, plan, counts, paths and checksums
-    for entry in manifest_a.epochs:
-        for s in entry.splits:
-            ids = [lance.dataset(os.path.join(d, s.path)).to_table(columns=["id"]).column("id").to_numpy() for d in (a, b)]
-            assert np.array_equal(*ids), f"epoch {entry.epoch} split {s.split} differs"
-
-
 def _spilled(monkeypatch) -> list[str]:
     """Records the spill folder of each spilling run (the spill path really ran)."""
     roots: list[str] = []
@@ -78,7 +68,7 @@ def test_a_local_run_within_a_tiny_budget_writes_the_unbounded_run_s_epochs(synt
     roots = _spilled(monkeypatch)
     out = str(tmp_path / "bounded")
     bounded = materialize_shuffle(table=synthetic, output=out, executor="local", max_memory="1MiB", **kw)
-    _same_output(whole_out, out, whole, bounded)
+    tables.same_output(whole_out, out, whole, bounded)
     assert roots == ([] if kw["clump"] >= 16 else [os.path.join(out, "_work", "spill")])
     assert sorted(os.listdir(out)) == ["_prep_job.json", "epoch-00000", "epoch-00001", "manifest.json"]  # spill removed
 
@@ -101,7 +91,7 @@ def test_ray_within_a_tiny_budget_finishes_with_the_same_epochs(synthetic, unbou
     roots = _spilled(monkeypatch)
     out = str(tmp_path / "ray")
     bounded = materialize_shuffle(table=synthetic, output=out, executor="ray", max_memory="1MiB", **kw)
-    _same_output(whole_out, out, whole, bounded)
+    tables.same_output(whole_out, out, whole, bounded)
     assert len(roots) == 1
     assert seen[0] == ["spilling rows"] * nodes  # every row read once, each node a share of the segments
     assert len(seen[1]) > nodes  # more groups than nodes
@@ -132,7 +122,7 @@ def test_the_cli_takes_max_memory_and_spill_dir_and_leaves_the_user_s_files(synt
     assert sorted(os.listdir(scratch)) == ["mine.txt"] and (scratch / "mine.txt").read_text() == "the user's"
     from prep.contracts.manifest import read_manifest
 
-    _same_output(whole_out, str(out), whole, read_manifest(str(out)))
+    tables.same_output(whole_out, str(out), whole, read_manifest(str(out)))
 
 
 def test_a_spill_folder_prep_did_not_write_is_refused(synthetic, tmp_path):
@@ -161,7 +151,7 @@ def test_a_run_killed_while_spilling_is_finished_by_its_rerun(synthetic, unbound
     assert [p.name for p in root.glob("seg-*.done")] == ["seg-000000.done"]  # one segment finished, then the kill
     finished = {p: p.stat().st_mtime_ns for p in (root / "seg-000000").iterdir()}
     resumed = materialize_shuffle(table=synthetic, output=str(out), executor="local", max_memory="1MiB", num_cpus=1, **kw)
-    _same_output(whole_out, str(out), whole, resumed)
+    tables.same_output(whole_out, str(out), whole, resumed)
     assert not root.exists() and finished  # the kept segment served the rerun; the spill is gone after it
 
 

@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Iterator
 
 import lance
-import numpy as np
 import pytest
 
 import tables
 from prep.cli import main as cli_main
 from prep.errors import PrepError
-from prep.contracts.manifest import Manifest
 from prep.materialize import materialize_shuffle
 from prep.materialize.verify import verify
 
@@ -34,14 +32,6 @@ def _no_cluster_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
 
 
-def _same_output(a: str, b: str, manifest_a: Manifest, manifest_b: Manifest) -> None:
-    assert manifest_a == manifest_b  # same fingerprint, plan, counts, paths and checksums
-    for entry in manifest_a.epochs:
-        for s in entry.splits:
-            ids = [lance.dataset(os.path.join(d, s.path)).to_table(columns=["id"]).column("id").to_numpy() for d in (a, b)]
-            assert np.array_equal(*ids), f"epoch {entry.epoch} split {s.split} differs"
-
-
 @pytest.mark.parametrize("strategy,clump,filter", [
     ("random", 1, None), ("random", 64, None), ("hash", 1, None), ("sequential", 4, None), ("round-robin", 3, "length > 20"),
 ])
@@ -49,7 +39,7 @@ def test_local_and_ray_executors_write_identical_outputs(synthetic, tmp_path, ra
     kw = dict(table=synthetic, epochs=2, splits=6, strategy=strategy, clump=clump, filter=filter, read_rows=500)
     on_ray = materialize_shuffle(output=str(tmp_path / "ray"), executor="ray", **kw)
     here = materialize_shuffle(output=str(tmp_path / "local"), executor="local", **kw)
-    _same_output(str(tmp_path / "ray"), str(tmp_path / "local"), on_ray, here)
+    tables.same_output(str(tmp_path / "ray"), str(tmp_path / "local"), on_ray, here)
     assert verify(str(tmp_path / "local")).ok
 
 
@@ -196,7 +186,7 @@ def test_sigkill_of_a_local_run_then_rerun_matches_an_uninterrupted_run(syntheti
     resumed = materialize_shuffle(table=synthetic, output=str(out), epochs=3, splits=48, read_rows=64, executor="local")
     assert {p: os.stat(p).st_mtime_ns for p in survivors} == survivors  # finished, not redone
     clean = materialize_shuffle(table=synthetic, output=str(tmp_path / "clean"), epochs=3, splits=48, executor="local")
-    _same_output(str(out), str(tmp_path / "clean"), resumed, clean)
+    tables.same_output(str(out), str(tmp_path / "clean"), resumed, clean)
     assert verify(str(out)).ok
 
 
