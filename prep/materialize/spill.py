@@ -242,23 +242,39 @@ def read_group(job: ResolvedTable, root: str, layout: SpillLayout, group: int) -
 
 def split_parts(job: ResolvedTable, root: str, layout: SpillLayout, group: int, order: np.ndarray,
                 parts: int) -> Iterator[pa.RecordBatch]:
-    """A split above the budget (its group holds it alone), in read order ``order``: ``parts`` consecutive
-    parts of the order, each holding only its rows, read from the group's spill files."""
+    """A split above the budget (its group holds it alone), in read order ``order``, as ``parts`` consecutive parts
+    of the order, each held alone: the split's spill is read once and each row appended to the file of its part
+    (on this node's disk), then each part's file is read back once. So the cost is linear in the split whatever
+    its size against the budget (two reads and a write of it, not one read per part)."""
+    if not len(order):
+        return
     remote = storage.is_remote(root)
     fs, names = _group_files(root, layout, group, job.s3)
     schema = _spill_schema(job)
     per = -(-len(order) // parts)
-    for i in range(0, len(order), per):
-        wanted = order[i:i + per]
-        keep = np.sort(wanted)
-        kept = []
-        for block in _blocks(fs, names, remote, schema):
-            pos = np.asarray(block.column(POSITION)).astype(np.int64)
-            at = np.minimum(np.searchsorted(keep, pos), len(keep) - 1)
-            mine = keep[at] == pos
-            if mine.any():
-                kept.extend(block.filter(pa.array(mine)).to_batches())
-        yield from _held(kept, schema).batches(wanted, job.read_rows)
+    by_position = np.argsort(order, kind="stable")  # the rank of each position in the read order, by position
+    ranked = order[by_position]
+    with tempfile.TemporaryDirectory(prefix="prep-parts-") as local:
+        writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+        try:
+            for block in _blocks(fs, names, remote, schema):
+                pos = np.asarray(block.column(POSITION)).astype(np.int64)
+                part = by_position[np.searchsorted(ranked, pos)] // per
+                grouped = np.argsort(part, kind="stable")  # by part, each part's rows still in position order
+                rows = rows_at([block.drop_columns([POSITION])], pos, pos[grouped])
+                rows = rows.append_column(POSITION, pa.array(pos[grouped].astype(np.uint64)))
+                bounds = np.searchsorted(part[grouped], np.arange(parts + 1))
+                for k in np.flatnonzero(np.diff(bounds)):
+                    if k not in writers:
+                        writers[k] = pa.ipc.new_stream(os.path.join(local, f"part-{k:06d}.arrow"), schema)
+                    writers[k].write_table(rows.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])))
+        finally:
+            for w in writers.values():
+                w.close()
+        for k, i in enumerate(range(0, len(order), per)):
+            name = os.path.join(local, f"part-{k:06d}.arrow")
+            kept = list(_batches(None, name, False)) if k in writers else []
+            yield from _held(kept, schema).batches(order[i:i + per], job.read_rows)
 
 
 def _blocks(fs: object, names: Sequence[str], remote: bool, schema: pa.Schema) -> Iterator[pa.Table]:
