@@ -12,10 +12,11 @@ costs ~5x a scan), a run does not read the table once per group of splits. Inste
 2. **write**: each group's files (its rows, in position order) are read back once
    and held, and every epoch of the group's splits is taken from them
    (:mod:`prep.materialize.held`). A single split larger than the budget is taken
-   in parts: each part of its read order holds only its rows, read from the spill.
+   in parts (:func:`split_parts`): its spill is bucketed by part of the epoch's read
+   order, then each part is held alone.
 
 The table is read once per run whatever its size; the spill is written once and read
-once per run (per part for a split above the budget). ``ROOT`` is
+once per run (twice, with one more write, for a split above the budget). ``ROOT`` is
 ``OUT/_work/spill`` (or ``SPILL_DIR/prep-spill-<fingerprint>``, or a folder in this
 node's temp dir for an object-store output on one node) and holds a marker naming the
 plan and the layout: a killed run's finished segments are kept by its rerun, anything
