@@ -18,6 +18,7 @@ from prep.contracts.manifest import Manifest
 from prep.contracts.marker import JobMarker
 from prep.contracts.ownership import Holder
 from prep.contracts.source import SourceEntry
+from prep.contracts.checksums import parse_checksums
 from prep.contracts.table import TableMetadata
 
 README = Path(__file__).resolve().parent.parent / "prep" / "contracts" / "README.md"
@@ -37,6 +38,7 @@ PARSERS: dict[str, Callable[[Any], object]] = {
     "done": parse_done,
     "lease": _lease,
     "job_marker": lambda doc: JobMarker.from_json(doc, "README"),
+    "checksums": lambda doc: parse_checksums(doc, "README"),
 }
 
 

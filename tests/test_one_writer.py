@@ -117,7 +117,7 @@ def test_two_pretokenize_runs_on_one_output(tokenizer_dir, shared_data, tmp_path
             summary = json.loads(results[winner][1])
             ds = lance.dataset(out)
             assert ds.count_rows() == summary["rows_written"] == (30, 45)[winner]
-            assert [s["uri"] for s in read_table_metadata(ds, "t").sources] == [inputs[winner]]
+            assert [s.uri for s in read_table_metadata(ds, "t").sources] == [inputs[winner]]
 
 
 @pytest.mark.slow

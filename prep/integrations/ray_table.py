@@ -234,7 +234,7 @@ def _commit(written: list[dict[str, Any]], *, output: str, rejects: str, mode: s
     metadata = TableMetadata.from_json({
         "format": TABLE_FORMAT, "prep_version": prep.__version__,
         "config": cfg.model_dump(mode="json", exclude={"s3"}), "config_hash": config_hash(cfg),
-        "sources": (growth.kept_sources([]) if growth else []) + [{"uri": source, "counts": counts}],
+        "sources": [s.to_json() for s in (growth.kept_sources([]) if growth else [])] + [{"uri": source, "counts": counts}],
         "counts": totals, "rejects_uri": rejects,
         "history": [h.to_json() for h in ((prior.metadata.history if prior else ()) + (step,))],
         **made_with,
