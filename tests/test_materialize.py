@@ -17,7 +17,7 @@ import pytest
 
 import tables
 from prep import plan
-from prep.runtime import world
+from prep.plan import order
 from prep.cli import main as cli_main
 from prep.errors import PrepError
 from prep.contracts.manifest import Manifest, read_manifest, split_path
@@ -122,16 +122,16 @@ def test_elastic_determinism_on_materialized_splits(synthetic, tmp_path):
     for w in [1, 2, 3, 4, 6, 8, 12, 16, 24, 48]:
         per_step = []
         for t in range(steps):
-            batch = [parts[s][t * b : (t + 1) * b] for r in range(w) for s in world.splits_for_rank(48, r, w)]
+            batch = [parts[s][t * b : (t + 1) * b] for r in range(w) for s in order.splits_for_rank(48, r, w)]
             ids = np.concatenate(batch)
             assert len(ids) == global_batch
             per_step.append(frozenset(ids.tolist()))
         reference = reference or per_step
         assert per_step == reference
     with pytest.raises(PrepError, match="does not divide num_splits=48"):
-        world.splits_for_rank(48, 0, 5)
+        order.splits_for_rank(48, 0, 5)
     with pytest.raises(PrepError, match="does not divide global_batch_size=100"):
-        world.Share(100, 48, world_size=8)
+        order.Share(100, 48, world_size=8)
 
 
 def test_filter_materializes_only_matching_rows_and_counts_them(gsm, tmp_path):

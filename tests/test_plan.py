@@ -7,7 +7,7 @@ import pytest
 
 from prep import plan
 
-from prep.runtime import world
+from prep.plan import order
 from prep.errors import PrepError
 from prep.plan import hash as plan_hash
 from prep.plan import permutation
@@ -155,18 +155,18 @@ def test_elastic_determinism_same_rows_per_step_for_every_world_size():
     parts = _epoch("random", n, splits, 1, 1)
     steps = min(len(p) for p in parts) // b
     reference = None
-    for w in world.valid_world_sizes(splits):
+    for w in order.valid_world_sizes(splits):
         per_step = []
         for t in range(steps):
             ids = []
             for r in range(w):
-                for s in world.splits_for_rank(splits, r, w):
+                for s in order.splits_for_rank(splits, r, w):
                     ids.extend(parts[s][t * b : (t + 1) * b].tolist())
             assert len(ids) == global_batch
             per_step.append(frozenset(ids))
         reference = reference or per_step
         assert per_step == reference
-    assert [1, 2, 3, 4, 6, 8, 12, 16, 24, 48] == world.valid_world_sizes(splits)
+    assert [1, 2, 3, 4, 6, 8, 12, 16, 24, 48] == order.valid_world_sizes(splits)
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,7 @@ def test_bad_plan_arguments_raise_clear_errors(kwargs, match):
 
 def test_world_size_not_dividing_splits_is_refused():
     with pytest.raises(PrepError, match="does not divide"):
-        world.splits_for_rank(48, 0, 5)
+        order.splits_for_rank(48, 0, 5)
 
 
 def test_fingerprint_depends_on_source_version_and_plan():

@@ -2,7 +2,7 @@
 serve G in {8, 32, 64, 96, 256, 1024} at world sizes 1, 2, 4, 8 with the same global batches, resuming
 exactly from every world size onto another. Tiny tables made in tmp_path, two steps each. The on-the-fly plan
 runs three of the batches (none of them a multiple of 48: uneven rows per split); it shares the arithmetic
-(:class:`prep.runtime.world.Share`) and differs only in how a chunk's rows are fetched."""
+(:class:`prep.plan.order.Share`) and differs only in how a chunk's rows are fetched."""
 
 from __future__ import annotations
 

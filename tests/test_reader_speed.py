@@ -26,7 +26,7 @@ from prep.reader.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
 from prep.reader.source import ChunkSource, Ragged, SplitTable
 from prep.reader.spec import CollateSpec, spec_from_metadata
-from prep.runtime.world import Share
+from prep.plan.order import Share
 
 
 def _chunk(num_splits: int, b: int, steps: int, seed: int = 0) -> Chunk:

@@ -20,7 +20,7 @@ from prep.reader.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
 from prep.reader.source import ChunkSource
 from prep.reader.transform import Transformer
-from prep.runtime.world import Share
+from prep.plan.order import Share
 
 SHARE = Share(8, 4, rank=1, world_size=2)  # splits 2 and 3, 2 rows each a step
 

@@ -118,7 +118,7 @@ def test_two_torch_distributed_ranks_without_rank_variables_read_disjoint_halves
 from math import gcd  # noqa: E402
 
 from prep.errors import PrepError  # noqa: E402
-from prep.runtime.world import Share  # noqa: E402
+from prep.plan.order import Share  # noqa: E402
 
 
 def global_order(num_splits: int, global_batch_size: int, positions: range) -> list[tuple[int, int]]:

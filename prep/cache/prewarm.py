@@ -1,7 +1,7 @@
 """``prep prewarm``: the reader cache's fetch stage, run ahead of time for one rank.
 
 It fills a :class:`prep.cache.store.SplitCache` (the layout the reader uses with ``cache_dir=``)
-with the rank's splits (:func:`prep.runtime.world.splits_for_rank`), several splits at once, each
+with the rank's splits (:func:`prep.plan.order.splits_for_rank`), several splits at once, each
 verified against the manifest before it counts. Running it again fetches only what is
 missing or damaged; a kill leaves nothing that counts as a copy. With ``max_bytes`` it
 stops adding splits once the next one does not fit (copies of epochs it was not asked
@@ -20,7 +20,8 @@ from prep.contracts.manifest import read_manifest
 from prep.errors import PrepError
 from prep.io import storage
 from prep.io.transfer import Fetcher
-from prep.runtime import world
+from prep.plan.order import splits_for_rank
+from prep.runtime.world import rank_and_world_size
 from prep.runtime.progress import Bar
 
 __all__ = ["prewarm"]
@@ -69,8 +70,8 @@ def prewarm(
     t0 = time.time()
     s3 = (s3 or storage.S3Options()).resolved()
     manifest = read_manifest(path, s3)
-    rank, world_size = world.rank_and_world_size(rank, world_size)
-    splits = world.splits_for_rank(manifest.plan.num_splits, rank, world_size)
+    rank, world_size = rank_and_world_size(rank, world_size)
+    splits = splits_for_rank(manifest.plan.num_splits, rank, world_size)
     by_epoch = {e.epoch: e for e in manifest.epochs}
     wanted = list(epochs) if epochs is not None else sorted(by_epoch)
     missing = [e for e in wanted if e not in by_epoch]

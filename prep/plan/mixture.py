@@ -42,7 +42,7 @@ import numpy as np
 
 from prep.errors import PrepError
 from prep.plan import permutation
-from prep.runtime.world import Share
+from prep.plan.order import Share
 
 __all__ = ["Source", "EpochSequence", "batch_counts", "batch_order", "stream_rows", "token_order", "epoch_sequence",
            "split_positions", "epoch_unit"]
@@ -256,7 +256,7 @@ def epoch_sequence(sources: Sequence[Source], *, global_batch: int, epoch_rows: 
 def split_positions(epoch_rows: int, global_batch: int, num_splits: int, split: int) -> np.ndarray:
     """Positions of the epoch sequence that split ``split`` holds, in its read order.
 
-    The reader's global batch ``t`` (:class:`prep.runtime.world.Share`, for ``G`` over ``S``
+    The reader's global batch ``t`` (:class:`prep.plan.order.Share`, for ``G`` over ``S``
     splits) takes a contiguous run of rows from each split and presents them split after
     split; this lays positions ``[t*G, (t+1)*G)`` of the sequence out in that presentation,
     so every reader's global batch ``t`` is mixture batch ``t`` at every world size dividing

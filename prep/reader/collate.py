@@ -1,7 +1,7 @@
 """Build whole batches from a chunk with vectorized NumPy: no per-row and no per-split Python.
 
 A local batch is a run of consecutive rows of each split the rank reads, in split
-order (:class:`prep.runtime.world.Share`). A chunk holds all those splits in one set
+order (:class:`prep.plan.order.Share`). A chunk holds all those splits in one set
 of columns (:class:`Chunk`), and batches are built a *group* of steps at a time by
 index arithmetic over it, so the Python work is a handful of calls per group, whatever
 the rows per split and the number of splits are, and each batch is a view of the
@@ -63,7 +63,7 @@ class Chunk:
     Attributes:
         columns: NumPy columns (see :func:`prep.reader.source.columns_to_numpy`).
         counts: ``(steps, splits)``: rows each split gives each step of the chunk (see
-            :meth:`prep.runtime.world.Share.rows`).
+            :meth:`prep.plan.order.Share.rows`).
         offsets: ``(steps, splits)``: where those rows start in the concatenation.
         order: where the concatenation's rows are in ``columns``, or None.
     """

@@ -36,7 +36,8 @@ from prep.reader.pipeline import Pipeline
 from prep.reader.schedule import Schedule
 from prep.reader.spec import TEXT_KINDS, row_bytes
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
-from prep.runtime.world import Share, rank_and_world_size
+from prep.plan.order import Share
+from prep.runtime.world import rank_and_world_size
 
 __all__ = ["ReaderDataset"]
 
@@ -50,7 +51,7 @@ class ReaderDataset(IterableDataset):
         path: a materialized output (``prep materialize-shuffle``), or a prepared Lance table
             when ``plan`` is given.
         global_batch_size: rows per global step, any ``G >= 1`` (a mixture: a multiple of its global batch);
-            the global order of :mod:`prep.runtime.world` says which rows form each step.
+            the global order of :mod:`prep.plan.order` says which rows form each step.
         rank: this rank (default: an initialised ``torch.distributed`` group, else ``RANK``, else
             ``SLURM_PROCID``, else 0; see :func:`prep.runtime.world.rank_and_world_size`).
         world_size: ranks (default: from the same source as the rank); must divide ``global_batch_size``.

@@ -53,7 +53,7 @@ def _close_open() -> None:
 def require_steps(dataset: ReaderDataset) -> None:
     """Raises a one-line ``PrepError`` saying why and what to change when ``dataset`` has no full global step.
 
-    An epoch has ``S * (rows of its smallest split) // G`` global steps (:mod:`prep.runtime.world`),
+    An epoch has ``S * (rows of its smallest split) // G`` global steps (:mod:`prep.plan.order`),
     so a global batch larger than that product (512 splits over 300 rows leaves some splits
     empty: none at all) leaves an epoch with no step, and a read of it would end at once without a word.
     """

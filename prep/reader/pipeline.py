@@ -25,7 +25,7 @@ from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout
 from prep.reader.spec import CollateSpec
 from prep.reader.stats import StatsSnapshot
 from prep.reader.transform import Transformer
-from prep.runtime.world import Share
+from prep.plan.order import Share
 
 __all__ = ["Pipeline"]
 

@@ -4,7 +4,7 @@ A position is ``(epoch, step)``: the next global step to deliver. Positions are
 numbered across the epochs being read, so "resume at step 5 of epoch 1" is one
 integer, a worker's share of the steps is a stride, and a seek costs nothing.
 Every epoch has ``S * min(split rows) // G`` steps (the global order of
-:mod:`prep.runtime.world`, ``docs/architecture.md``); rows past them are dropped for that epoch.
+:mod:`prep.plan.order`, ``docs/architecture.md``); rows past them are dropped for that epoch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from prep.errors import PrepError
-from prep.runtime.world import Share
+from prep.plan.order import Share
 
 __all__ = ["Schedule"]
 

@@ -1,7 +1,7 @@
 """The I/O stage: large sequential reads of one rank's splits, as NumPy arrays.
 
 One read covers several steps of every split the rank reads (each step takes a run of
-rows of each, :class:`prep.runtime.world.Share`): steps ``[t0, t1)`` of a split are one
+rows of each, :class:`prep.plan.order.Share`): steps ``[t0, t1)`` of a split are one
 range, read with Lance's offset/limit (a seek, whatever the position), or a ``take`` of a
 worker's strided steps; splits are opened and read a few at a time. The read's splits become one :class:`~prep.reader.collate.Chunk`
 (one set of columns), so batch building never loops over splits. Arrow buffers are
@@ -24,7 +24,7 @@ from prep.reader import buffers, forksafe
 from prep.reader.collate import Chunk, ranges
 from prep.reader.schedule import Schedule
 from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout
-from prep.runtime.world import Share
+from prep.plan.order import Share
 
 __all__ = ["Ragged", "RawChunk", "SplitTable", "ChunkSource", "columns_to_numpy"]
 
