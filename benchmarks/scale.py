@@ -318,7 +318,7 @@ def read_epoch(output: str) -> dict:
     import numpy as np
     from torch.utils.data import DataLoader
 
-    from prep.contracts.manifest import read_manifest
+    from prep.io.materialized import read_manifest
     from prep.reader import ReaderDataset
 
     ds = ReaderDataset(output, global_batch_size=GLOBAL_BATCH)

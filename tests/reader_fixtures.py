@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from prep.contracts.table import METADATA_KEY, TABLE_FORMAT, TableMetadata
-from prep.contracts.manifest import Epoch, Manifest, Source, SplitFile, split_path, write_manifest
+from prep.contracts.manifest import Epoch, Manifest, Source, SplitFile, split_path
+from prep.io.materialized import write_manifest
 from prep.plan import split_rows
 from prep.plan.spec import PlanSpec
 

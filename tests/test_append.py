@@ -18,7 +18,7 @@ import pytest
 
 from conftest import GSM8K, REPO
 from prep.cli import main
-from prep.contracts.ownership import LeaseHeld, take_lease
+from prep.io.lease import LeaseHeld, take_lease
 from prep.errors import PrepError
 from prep.io import storage
 from prep.prepare import faults

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from prep.contracts import ownership
+from prep.io import claims
 from prep.contracts.marker import JOB_MARKER, JobMarker, PinnedSource
 from prep.errors import PrepError
 from prep.io import storage
@@ -33,7 +33,7 @@ def test_job_marker_round_trips_through_json(marker):
 
 def test_markers_written_by_the_claim_parse(tmp_path):
     """The files prep writes (here: a table's claim) are read by the parser, with the keys prep always wrote."""
-    ownership.claim_outputs([str(tmp_path / "t.lance")], "prep pretokenize", overwrite=False)
+    claims.claim_outputs([str(tmp_path / "t.lance")], "prep pretokenize", overwrite=False)
     doc = json.loads((tmp_path / "t.lance" / JOB_MARKER).read_text())
     assert sorted(doc) == ["claimed", "job", "prep_version", "written_by"]
     assert JobMarker.from_json(doc, "t").job == "prep pretokenize"
@@ -111,7 +111,7 @@ def test_the_claimed_plan_is_read_back_typed_and_a_moved_table_is_named(tmp_path
 
 
 def test_a_table_marker_at_a_materialize_output_is_refused(tmp_path):
-    ownership.claim_outputs([str(tmp_path)], "prep pretokenize", overwrite=False)
+    claims.claim_outputs([str(tmp_path)], "prep pretokenize", overwrite=False)
     with pytest.raises(PrepError, match=r"_prep_job.json was not written by prep materialize-shuffle "
                                         r"\(it marks the output of prep pretokenize\)"):
         run.existing_output(str(tmp_path), storage.S3Options())

@@ -25,18 +25,12 @@ README = Path(__file__).resolve().parent.parent / "prep" / "contracts" / "README
 BLOCK = re.compile(r"^<!-- parsed as: (\w+) -->\n```json\n(.*?)^```$", re.M | re.S)
 
 
-def _lease(doc: Any) -> object:
-    holder = Holder.decode(json.dumps(doc).encode())
-    assert holder is not None, "the lease record does not decode"
-    return holder
-
-
 PARSERS: dict[str, Callable[[Any], object]] = {
     "table": lambda doc: TableMetadata.from_json(doc, "README"),
     "source": lambda doc: SourceEntry.from_json(doc, "README"),
     "manifest": lambda doc: Manifest.from_json(doc, "README"),
     "done": parse_done,
-    "lease": _lease,
+    "lease": lambda doc: Holder.from_json(doc, "README"),
     "job_marker": lambda doc: JobMarker.from_json(doc, "README"),
     "checksums": lambda doc: parse_checksums(doc, "README"),
 }

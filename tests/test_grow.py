@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from common.tiny import tiny_prepared
-from prep.contracts.manifest import FORMAT, FORMAT_V1, MANIFEST, read_manifest, split_path
+from prep.contracts.manifest import FORMAT, FORMAT_V1, MANIFEST, split_path
+from prep.io.materialized import read_manifest
 from prep.errors import PrepError
 from prep.io import storage
 from prep.materialize import materialize_mixture, materialize_shuffle

@@ -21,7 +21,8 @@ from typing import Iterator
 
 import pytest
 
-from prep.contracts.ownership import LEASE, Holder, LeaseHeld, hold, take_lease
+from prep.contracts.ownership import LEASE, Holder
+from prep.io.lease import LeaseHeld, hold, take_lease
 from prep.errors import PrepError
 from prep.io import storage
 
@@ -124,11 +125,11 @@ def test_a_killed_holders_lease_is_taken_over_and_the_log_says_so(where, tmp_pat
 
 @contextmanager
 def _warnings() -> Iterator[list[str]]:
-    """The warnings prep.contracts.ownership logs in the block (pytest's logging plugin is off here)."""
+    """The warnings prep.io.lease logs in the block (pytest's logging plugin is off here)."""
     got: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: got.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("prep.contracts.ownership")
+    logger = logging.getLogger("prep.io.lease")
     logger.addHandler(handler)
     try:
         yield got

@@ -20,7 +20,8 @@ from prep import plan
 from prep.plan import order
 from prep.cli import main as cli_main
 from prep.errors import PrepError
-from prep.contracts.manifest import Manifest, read_manifest, split_path
+from prep.contracts.manifest import Manifest, split_path
+from prep.io.materialized import read_manifest
 from prep.materialize import materialize_shuffle
 from prep.plan.spec import PlanSpec
 from prep.materialize.verify import verify

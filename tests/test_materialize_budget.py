@@ -120,7 +120,7 @@ def test_the_cli_takes_max_memory_and_spill_dir_and_leaves_the_user_s_files(synt
                    "--read-rows", "300", "--executor", "local", "--max-memory", "1MiB", "--spill-dir", str(scratch)])
     assert rc == 0
     assert sorted(os.listdir(scratch)) == ["mine.txt"] and (scratch / "mine.txt").read_text() == "the user's"
-    from prep.contracts.manifest import read_manifest
+    from prep.io.materialized import read_manifest
 
     tables.same_output(whole_out, str(out), whole, read_manifest(str(out)))
 

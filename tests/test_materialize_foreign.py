@@ -17,7 +17,7 @@ import pytest
 
 from prep.cli import main
 from prep.contracts.foreign import NO_ID
-from prep.contracts.manifest import read_manifest
+from prep.io.materialized import read_manifest
 from prep.errors import PrepError
 from prep.materialize import materialize_mixture, materialize_shuffle
 from prep.materialize.verify import verify

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import tables
-from prep.contracts.done import read_done
-from prep.contracts.manifest import read_manifest, split_path
+from prep.contracts.manifest import split_path
+from prep.io.materialized import read_done, read_manifest
 from prep.io import storage
 from prep.materialize import materialize_mixture, materialize_shuffle
 from prep.materialize.faults import KILL_ENV, KILLED_EXIT, POINTS

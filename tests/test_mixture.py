@@ -25,7 +25,7 @@ from tables import kill_midway
 from prep.io.checksum import dataset_checksum
 from prep.cli import main
 from prep.errors import PrepError
-from prep.contracts.manifest import read_manifest, write_manifest
+from prep.io.materialized import read_manifest, write_manifest
 from prep.materialize import materialize_mixture
 from prep.materialize.mixture_file import load_mixture
 from prep.plan.mixture import batch_counts

@@ -122,7 +122,7 @@ def test_two_nodes_within_a_tiny_budget_read_the_table_once_and_write_the_local_
     one-node run pays too: the cluster must read no more than a one-node run that holds every row."""
     import tables
     from fault_proxy import FaultProxy
-    from prep.contracts.manifest import read_manifest
+    from prep.io.materialized import read_manifest
 
     table = f"s3://{s3_bucket}/t.lance"
     # ~10 MB in 30 fragments (pretokenize writes a fragment per ~2 MiB of input), a few times the budget

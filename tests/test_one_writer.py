@@ -24,7 +24,8 @@ import pytest
 import tables
 from conftest import REPO
 from prep.cli import main as cli_main
-from prep.contracts.ownership import JOB_MARKER, take_lease
+from prep.contracts.ownership import JOB_MARKER
+from prep.io.lease import take_lease
 from prep.contracts.table import read_table_metadata
 from prep.materialize import materialize_shuffle
 from prep.materialize.verify import verify

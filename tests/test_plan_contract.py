@@ -12,7 +12,8 @@ import pytest
 
 import reader_fixtures as rf
 from prep.errors import PrepError
-from prep.contracts.manifest import FORMAT, MANIFEST, Manifest, read_manifest
+from prep.contracts.manifest import FORMAT, MANIFEST, Manifest
+from prep.io.materialized import read_manifest
 from prep.plan import STRATEGIES
 from prep.plan.spec import PlanSpec
 

@@ -190,7 +190,7 @@ def _manifest_of(cache):
     """The manifest of the materialization the tampered marker names (the one a user of that cache would read)."""
     from dataclasses import replace
 
-    from prep.contracts.manifest import read_manifest
+    from prep.io.materialized import read_manifest
 
     marker = json.loads((cache / "_prep_cache.json").read_text())
     return replace(read_manifest(str(cache)), fingerprint=marker["fingerprint"])

@@ -41,7 +41,7 @@ def test_a_prepared_table_with_a_cache_dir_says_the_cache_needs_a_materialized_o
 
 
 def test_an_unfinished_materialization_is_not_called_a_table_and_a_table_not_an_unfinished_run(prepared, tmp_path):
-    from prep.contracts.manifest import read_manifest
+    from prep.io.materialized import read_manifest
 
     with pytest.raises(PrepError) as err:
         read_manifest(prepared)

@@ -23,6 +23,7 @@ from typing import Iterator
 
 from prep.cache.records import CacheLayout
 from prep.contracts.ownership import Holder
+from prep.io.lease import this_process
 from prep.io.transfer import remove_tree
 
 __all__ = ["ReadLease", "exclusive", "try_exclusive", "shared_now", "reserve", "reserved_bytes", "CacheUse"]
@@ -120,7 +121,7 @@ class CacheUse:
 
     def __init__(self, layout: CacheLayout, job: str) -> None:
         self._layout = layout
-        self.holder = Holder.me(job)
+        self.holder = this_process(job)
         self._record = os.path.join(layout.locks, f"user-{self.holder.token}.json")
         tmp = f"{self._record}.tmp-{uuid.uuid4().hex[:12]}"
         self._record_fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)

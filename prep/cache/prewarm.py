@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from prep.cache.store import SplitCache
-from prep.contracts.manifest import read_manifest
+from prep.io.materialized import read_manifest
 from prep.errors import PrepError
 from prep.io import storage
 from prep.io.transfer import Fetcher

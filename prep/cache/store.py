@@ -7,9 +7,9 @@ record (sizes on every open, CRC-32 of the content once per process and again wh
 file's inode, mtime or ctime moved since), so a kill at any moment, a truncated or flipped
 file (also one flipped while this process uses the cache), or a copy of another
 materialization is fetched again, never used. The cache is claimed with prep's marker
-(:data:`CACHE_MARKER`, written by :func:`prep.contracts.ownership.write_cache_marker`): prep writes only into an empty folder or
+(:data:`CACHE_MARKER`, written by :func:`prep.io.claims.write_cache_marker`): prep writes only into an empty folder or
 its own cache, and replacing another materialization's cache (``overwrite``) removes only
-the cache's own files (:func:`prep.contracts.ownership.remove_owned`), only while no other
+the cache's own files (:func:`prep.io.claims.remove_owned`), only while no other
 process uses it.
 """
 
@@ -23,14 +23,16 @@ import threading
 from prep.cache import eviction, locks
 from prep.cache.eviction import Priority
 from prep.cache.records import CacheLayout, CopyRecord, Key, crc32
-from prep.contracts.manifest import MANIFEST, Manifest, read_manifest, split_path
-from prep.contracts.ownership import CACHE_MARKER, remove_owned, write_cache_marker
+from prep.contracts.manifest import MANIFEST, Manifest, split_path
+from prep.io.materialized import read_manifest
+from prep.contracts.ownership import CACHE_MARKER
+from prep.io.claims import remove_owned, write_cache_marker
 from prep.errors import PrepError, one_line
 from prep.io import storage
 from prep.io.checksum import dataset_checksum
 from prep.io.jsonfile import read_json_file
 from prep.io.transfer import Fetcher, remove_tree
-from prep.materialize.repair import rerun_command
+from prep.contracts.materialized import rerun_command
 
 __all__ = ["SplitCache", "Key", "Priority", "JOB"]
 

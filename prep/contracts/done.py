@@ -5,15 +5,12 @@ split dataset ``split-SSSSS.lance`` is committed; ``manifest.json`` is built fro
 the records of every split. A record says what the split holds (rows, content
 checksum, for a mixture the rows and tokens per source) and which files make it up
 with their sizes, so that a rerun can check cheaply that a done split is still
-whole (:mod:`prep.materialize.rerun`) and rewrite it when it is not. Example::
-
-    {"fingerprint": "3f1c0de2a9b87654", "epoch": 0, "split": 3,
-     "path": "epoch-00000/split-00003.lance", "num_rows": 1204,
-     "checksum": "9a0c...", "files": {"data/0d1e....lance": 81234, "_versions/1.manifest": 612, ...}}
+whole (:mod:`prep.materialize.rerun`) and rewrite it when it is not. Example:
+prep/contracts/README.md.
 
 A record that does not parse is not an error for a run: the split is written again.
 The cache keeps its own records under another name (:mod:`prep.cache.store`); to read
-a materialized output's record it calls :func:`read_done`.
+a materialized output's record it calls :func:`prep.io.materialized.read_done`.
 """
 
 from __future__ import annotations
@@ -23,10 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from prep.errors import PrepError
-from prep.io import storage
 from prep.contracts.manifest import split_path
 
-__all__ = ["DONE_SUFFIX", "DoneRecord", "done_path", "parse_done", "read_done", "write_done"]
+__all__ = ["DONE_SUFFIX", "DoneRecord", "done_path", "parse_done"]
 
 DONE_SUFFIX = ".done.json"
 _FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
@@ -112,23 +108,3 @@ def parse_done(doc: Any) -> DoneRecord:
                       num_rows=doc["num_rows"], checksum=doc["checksum"], files=dict(files),
                       source_rows=tuple(counts[0]) if counts[0] is not None else None,
                       source_tokens=tuple(counts[1]) if counts[1] is not None else None)
-
-
-def read_done(output: str, epoch: int, split: int, s3: storage.S3Options | None = None) -> DoneRecord | None:
-    """The done record of (epoch, split) under ``output``; None when there is none.
-
-    Raises:
-        PrepError: a record that does not parse, one line naming the file.
-    """
-    uri = storage.join(output, done_path(epoch, split))
-    if not storage.exists(uri, s3):
-        return None
-    try:
-        return parse_done(storage.read_json(uri, s3))
-    except (PrepError, ValueError) as exc:  # a bad key, or not JSON at all (a torn write of an old prep)
-        raise PrepError(f"{uri}: {exc}") from None
-
-
-def write_done(output: str, record: DoneRecord, s3: storage.S3Options | None = None) -> None:
-    """Writes the record atomically (readers see no record or the whole record)."""
-    storage.write_json_atomic(storage.join(output, done_path(record.epoch, record.split)), record.to_json(), s3)

@@ -12,9 +12,9 @@ output started on). A mixture's manifest also lists its tables
 (:class:`MixtureTable`, versions pinned once, with the rows available, the most an epoch drew and
 the repeats that makes) and, per epoch, the rows and tokens each source got (counted in the data
 written); a single-table manifest has neither key.
-:func:`read_manifest` is the only parser (it also reads :data:`FORMAT_V1`, whose epochs
-all drew from ``source.version``); anything wrong is one line naming the file and the
-first bad key, and telling to re-run materialize.
+:meth:`Manifest.from_json` is the only parser (it also reads :data:`FORMAT_V1`, whose epochs
+all drew from ``source.version``; :func:`prep.io.materialized.read_manifest` reads the file);
+anything wrong is one line naming the file and the first bad key, and telling to re-run materialize.
 """
 
 from __future__ import annotations
@@ -23,20 +23,16 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
-from prep.io import storage
 from prep.errors import PrepError
-from prep.io.jsonfile import read_json_file
-from prep.contracts.marker import JOB_MARKER
 from prep.contracts.table import TableMetadata
 from prep.plan.spec import PlanSpec
 
-__all__ = ["FORMAT", "FORMAT_V1", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "read_manifest", "write_manifest",
-           "split_path", "vocab_size"]
+__all__ = ["FORMAT", "FORMAT_V1", "MANIFEST", "SplitFile", "Epoch", "Source", "MixtureTable", "Manifest", "RERUN", "split_path", "vocab_size"]
 
 FORMAT = "prep.materialized/2"
 FORMAT_V1 = "prep.materialized/1"  # still read: no per-epoch version (every epoch drew from source.version)
 MANIFEST = "manifest.json"
-_RERUN = "rerun `prep materialize-shuffle` to rewrite it"
+RERUN = "rerun `prep materialize-shuffle` to rewrite it"
 _FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
 _KEYS = ("format", "prep_version", "fingerprint", "source", "plan", "num_selected_rows", "columns", "epochs")
 _OPTIONAL = ("mixture",)  # only in a mixture's manifest
@@ -213,7 +209,7 @@ class Manifest:
         try:
             return _parse(doc)
         except PrepError as exc:
-            raise PrepError(f"{uri}: {exc}; {_RERUN}") from None
+            raise PrepError(f"{uri}: {exc}; {RERUN}") from None
 
 
 def _parse(doc: Any) -> Manifest:
@@ -359,31 +355,3 @@ def _epoch(entry: Any, num_splits: int, width: int | None, per_version: bool) ->
     rows, tokens = _counts(entry, epoch, width)
     return Epoch(epoch=epoch, splits=tuple(files), source_rows=rows, source_tokens=tokens, version=version,
                  num_selected_rows=selected)
-
-
-def read_manifest(path: str, s3: storage.S3Options | None = None) -> Manifest:
-    """The checked manifest of the materialized output at ``path`` (a directory, local or ``s3://``).
-
-    Raises:
-        PrepError: no manifest (with a hint of what ``path`` is instead), or one that
-            breaks the format; one line naming the file.
-    """
-    uri = storage.join(path, MANIFEST)
-    if not storage.exists(uri, s3):
-        if storage.exists(storage.join(path, "_versions"), s3):  # before the marker: a prepared table has one too
-            raise PrepError(f"{path} is a prepared Lance table, not a materialized output (no {MANIFEST}): read it "
-                            "through an on-the-fly plan (ReaderDataset(path, ...) or plan=...), or materialize it with "
-                            f"`prep materialize-shuffle --table {path} --output DIR`")
-        hint = ""
-        if storage.exists(storage.join(path, JOB_MARKER), s3):
-            hint = " (a run was started there but has not finished: rerun it)"
-        raise PrepError(
-            f"{path} is not a materialized output: no {MANIFEST}{hint}; run `prep materialize-shuffle --output {path}` "
-            "(the manifest is written last, so a crashed run has none)"
-        )
-    return Manifest.from_json(read_json_file(uri, s3, _RERUN), uri)
-
-
-def write_manifest(path: str, manifest: Manifest, s3: storage.S3Options | None = None) -> None:
-    """Writes ``path/manifest.json`` atomically (readers see the old one or the whole new one)."""
-    storage.write_json_atomic(storage.join(path, MANIFEST), manifest.to_json(), s3)

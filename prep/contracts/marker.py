@@ -2,14 +2,11 @@
 
 A marker says prep wrote the folder it sits in (a prepared table, a materialized
 output), so a rerun may clear what a dead run left and ``--overwrite`` may replace it
-(:mod:`prep.contracts.ownership` writes it and reads its presence). A materialized
-output's marker also names the plan it was claimed for (``fingerprint``, ``plan`` and the
-pinned ``source``), so a rerun of another plan is refused before anything is written
-(:func:`prep.materialize.run.claim`). Example::
-
-    {"written_by": "prep", "prep_version": "0.1.0", "job": "prep materialize-shuffle",
-     "claimed": "2026-12-01T16:05:03+00:00", "fingerprint": "5a396cc6ece2d6c3",
-     "plan": {"num_splits": 48, ...}, "source": {"uri": "/abs/out/t.lance", "version": 1}}
+(:mod:`prep.io.claims` writes it and reads its presence, by the rules of
+:mod:`prep.contracts.ownership`). A materialized output's marker also names the plan it was
+claimed for (``fingerprint``, ``plan`` and the pinned ``source``), so a rerun of another plan
+is refused before anything is written (:func:`prep.materialize.run.claim`). Examples:
+prep/contracts/README.md.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import prep
-from prep.contracts.ownership import claim_outputs, hold
+from prep.io.claims import claim_outputs
+from prep.io.lease import hold
 from prep.contracts.table import TABLE_FORMAT, Step, TableMetadata, read_table_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage

@@ -18,7 +18,8 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from prep.contracts.done import DoneRecord, done_path, read_done
+from prep.contracts.done import DoneRecord, done_path
+from prep.io.materialized import read_done
 from prep.errors import PrepError, one_line
 from prep.io import storage
 from prep.io.checksum import dataset_checksum

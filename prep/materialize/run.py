@@ -29,9 +29,10 @@ from typing import Callable, Mapping, Protocol, Sequence
 from prep.io import storage
 from prep.errors import PrepError
 from prep.io.jsonfile import read_json_file
-from prep.contracts import ownership
+from prep.io import claims, lease
 from prep.contracts.done import DoneRecord
-from prep.contracts.manifest import MANIFEST, Epoch, Manifest, SplitFile, read_manifest, write_manifest
+from prep.contracts.manifest import MANIFEST, Epoch, Manifest, SplitFile
+from prep.io.materialized import read_manifest, write_manifest
 from prep.contracts.marker import JOB_MARKER, JobMarker, PinnedSource
 from prep.contracts.materialized import JOB_NAME, WORK, owned_entries
 from prep.materialize.faults import kill_point
@@ -92,7 +93,7 @@ def materialize(what: Run, options: RunOptions) -> Manifest:
     """
     s3 = (options.s3 or storage.S3Options()).resolved()
     output = options.output if storage.is_remote(options.output) else os.path.abspath(options.output)
-    with ownership.hold([output], JOB_NAME, s3):  # one writer per output: from before the first read to the end
+    with lease.hold([output], JOB_NAME, s3):  # one writer per output: from before the first read to the end
         return _materialize(what, options, output, s3)
 
 
@@ -164,7 +165,7 @@ def existing_output(output: str, s3: storage.S3Options) -> JobMarker | Manifest 
         return None
     if not fs.isdir(path):
         raise PrepError(f"--output {output} is a file, not a directory; choose a new or empty directory")
-    if not ownership.entries(output, s3):  # nothing but this run's lease
+    if not claims.entries(output, s3):  # nothing but this run's lease
         return None
     fix = f"choose another --output (prep never deletes what it did not write), or remove {output} yourself"
     marker = storage.join(output, JOB_MARKER)
@@ -194,7 +195,7 @@ def claim(job: ResolvedRun, old: JobMarker | Manifest | None, *, overwrite: bool
                             f"{job.fingerprint}: {_differences(old, job)}); pass --overwrite to replace it or choose another --output")
         log.warning("--overwrite: removing the materialized output in %s (only the files prep wrote)", job.output)
         _remove_owned(job.output, job.s3)
-    ownership.write_marker(job.output, JobMarker.now(JOB_NAME, fingerprint=job.fingerprint, plan=job.plan,
+    claims.write_marker(job.output, JobMarker.now(JOB_NAME, fingerprint=job.fingerprint, plan=job.plan,
                                                      source=PinnedSource(job.source, job.version)), job.s3)
     kill_point("marker")
 
@@ -242,5 +243,5 @@ def _remove_owned(output: str, s3: storage.S3Options) -> None:
     top = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(root, detail=False)]
     inside = {d: [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(f"{root}/{d}", detail=False)]
               for d in top if d.startswith("epoch-") and fs.isdir(f"{root}/{d}")}
-    ownership.remove_owned(output, owned_entries(top, inside), s3)
+    claims.remove_owned(output, owned_entries(top, inside), s3)
 

@@ -33,11 +33,12 @@ from prep.io.table_checksums import check_table
 
 from prep.io import storage
 from prep.errors import PrepError, one_line
-from prep.contracts.manifest import Epoch, Manifest, read_manifest, vocab_size
+from prep.contracts.manifest import Epoch, Manifest, vocab_size
+from prep.io.materialized import read_manifest
 from prep.materialize.resolved import resolved_for_manifest
 from prep.materialize.rows import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
-from prep.materialize.repair import rerun_command
+from prep.contracts.materialized import rerun_command
 from prep.materialize.report import Report, first_difference
 from prep.materialize.scan import scan_split
 from prep.runtime.progress import Bar

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from prep.contracts.done import DoneRecord
-from prep.contracts.manifest import MANIFEST, Epoch, Manifest, read_manifest
+from prep.contracts.manifest import MANIFEST, Epoch, Manifest
+from prep.io.materialized import read_manifest
 from prep.contracts.foreign import serving_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage

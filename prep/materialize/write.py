@@ -28,7 +28,8 @@ from prep.materialize.faults import kill_point
 from prep.materialize.held import Held
 from prep.materialize.resolved import ResolvedTable, dataset
 from prep.io.checksum import Checksum
-from prep.contracts.done import DoneRecord, write_done
+from prep.contracts.done import DoneRecord
+from prep.io.materialized import write_done
 from prep.contracts.manifest import split_path
 from prep.materialize.rows import read_rows
 

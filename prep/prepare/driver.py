@@ -54,7 +54,8 @@ from prep.prepare import faults
 from prep.prepare.growth import Growth, Prior, read_prior, reject_counts, rejects_base, without_sources
 from prep.prepare.isolation import Limits
 from prep.prepare.chunk_runner import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
-from prep.contracts.ownership import Lease, claim_outputs, hold
+from prep.io.lease import Lease, hold
+from prep.io.claims import claim_outputs
 from prep.prepare.rejects import REJECTS_SCHEMA, check_budget
 from prep.runtime.ray_cluster import use_ray
 

@@ -18,7 +18,8 @@ import numpy as np
 from prep.io import storage
 from prep.contracts.table import TableMetadata
 from prep.errors import PrepError
-from prep.contracts.manifest import Manifest, read_manifest
+from prep.contracts.manifest import Manifest
+from prep.io.materialized import read_manifest
 from prep.reader.source import SplitTable
 
 __all__ = ["Materialized"]

@@ -22,7 +22,8 @@ from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError
 from prep.contracts.table import RejectsMetadata, Step, TableMetadata, read_metadata, read_table_metadata
-from prep.contracts.manifest import MANIFEST, Manifest, MixtureTable, read_manifest
+from prep.contracts.manifest import MANIFEST, Manifest, MixtureTable
+from prep.io.materialized import read_manifest
 from prep.contracts.marker import JOB_MARKER
 from prep.prepare.rejects import reason_group
 
