@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -83,6 +84,15 @@ def _rank() -> dict[str, int]:
 def test_every_folder_has_a_layer():
     folders = {p.name for p in PREP.iterdir() if p.is_dir() and (p / "__init__.py").exists()} | {"errors"}
     assert folders == set(_rank()), "a folder of prep/ is not in LAYERS (or LAYERS names one that is gone)"
+
+
+def test_the_architecture_page_states_these_layers():
+    """docs/architecture.md "Package layout" has the order as a table: one row a layer, bottom to top."""
+    page = (REPO / "docs" / "architecture.md").read_text()
+    section = page[page.index("## Package layout"):page.index("\n## ", page.index("## Package layout"))]
+    rows = re.findall(r"^\| (\d+) \| (.*?) \|", section, re.M)
+    assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1))
+    assert tuple(tuple(re.findall(r"`(\w+)(?:/|\.py)`", cell)) for _, cell in rows) == LAYERS
 
 
 def test_each_folder_imports_only_the_layers_below_it():

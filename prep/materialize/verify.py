@@ -16,7 +16,7 @@ the new; a version that cannot be opened any more (cleaned up) is a problem.
 
 A mixture is checked by :mod:`prep.materialize.verify_mixture` (per global batch proportions
 against the recomputed plan). The content checksum is :mod:`prep.io.checksum`'s, the manifest is read by
-:func:`prep.contracts.manifest.read_manifest`.
+:func:`prep.io.materialized.read_manifest`.
 """
 
 from __future__ import annotations

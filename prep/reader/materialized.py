@@ -1,4 +1,4 @@
-"""Open a materialized output: its manifest (read by :func:`prep.contracts.manifest.read_manifest`), its split datasets.
+"""Open a materialized output: its manifest (read by :func:`prep.io.materialized.read_manifest`), its split datasets.
 
 The manifest (``docs/architecture.md``, "Materialized epochs") is the only thing
 the reader trusts: it names every (epoch, split) dataset and its row count, and
