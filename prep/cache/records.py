@@ -128,6 +128,18 @@ class CacheLayout:
             if m:
                 yield (int(m.group(1)), int(m.group(2))), path
 
+    def copies(self) -> dict[Key, tuple[int, float]]:
+        """``{(epoch, split): (bytes, last used)}`` of the copies with a record (least recently used is the record's mtime)."""
+        out: dict[Key, tuple[int, float]] = {}
+        for key, path in self.records():
+            rec = CopyRecord.read(path)
+            try:
+                if rec is not None:
+                    out[key] = (rec.bytes, os.path.getmtime(path))
+            except OSError:
+                continue  # a record being replaced: not counted, not a candidate
+        return out
+
     def owned(self) -> list[str]:
         """The entries (relative to the root) the cache layout wrote, out of what is there: the manifest and the copies."""
         top = os.listdir(self.root)

@@ -56,6 +56,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Literal, Protocol, Sequence
 
 from prep.contracts.file_index import INDEX_DIR
+from prep.contracts.cache_marker import CACHE_MARKER, CacheMarker
 from prep.contracts.marker import JOB_MARKER, JobMarker
 from prep.contracts.table import METADATA_KEY
 from prep.io import lance_tables
@@ -69,7 +70,6 @@ __all__ = ["LEASE", "JOB_MARKER", "CACHE_MARKER", "HEARTBEAT_S", "STALE_S", "MAX
 log = logging.getLogger(__name__)
 
 LEASE = "_prep_lease.json"
-CACHE_MARKER = "_prep_cache.json"
 HEARTBEAT_S = 10.0  # how often a holder refreshes its lease
 STALE_S = 120.0  # a lease not refreshed for this long belongs to a dead (or cut-off) holder
 MAX_SKEW_S = STALE_S  # a heartbeat further ahead of this host's clock is not trusted
@@ -554,9 +554,9 @@ def write_marker(uri: str, marker: JobMarker, s3: storage.S3Options | None = Non
     _write(uri, JOB_MARKER, marker.to_json(), s3)
 
 
-def write_cache_marker(uri: str, job: str, s3: storage.S3Options | None = None, **fields: str) -> None:
-    """Writes :data:`CACHE_MARKER` in the folder ``uri``: the job marker's stamp plus ``fields`` (a reader cache's)."""
-    _write(uri, CACHE_MARKER, {**JobMarker.now(job).to_json(), **fields}, s3)
+def write_cache_marker(uri: str, marker: CacheMarker, s3: storage.S3Options | None = None) -> None:
+    """Writes ``marker`` as :data:`CACHE_MARKER` in the folder ``uri`` (atomically)."""
+    _write(uri, CACHE_MARKER, marker.to_json(), s3)
 
 
 def _write(uri: str, name: str, doc: dict[str, Any], s3: storage.S3Options | None) -> None:
