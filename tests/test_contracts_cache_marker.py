@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prep.contracts.cache_marker import CACHE_MARKER, CacheMarker
+from prep.contracts.cache_marker import CacheMarker
 from prep.errors import PrepError
 
 GOOD = {"written_by": "prep", "prep_version": "0.1.0", "job": "prep prewarm", "claimed": "2026-12-01T16:05:03+00:00",

@@ -25,7 +25,6 @@ from typing import Any, Iterator
 
 from prep.contracts.done import DONE_SUFFIX
 from prep.contracts.manifest import MANIFEST, SplitFile, split_path
-from prep.io.transfer import remove_tree
 
 __all__ = ["Key", "CopyRecord", "CacheLayout", "crc32"]
 
