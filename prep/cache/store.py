@@ -22,7 +22,6 @@ from prep.errors import PrepError, one_line
 from prep.io import storage
 from prep.io.checksum import dataset_checksum
 from prep.io.transfer import Fetcher, remove_tree
-from prep.materialize.repair import rerun_command
 
 __all__ = ["SplitCache", "Key", "Priority"]
 
@@ -160,6 +159,8 @@ class SplitCache:
 
     def _repair(self) -> str:
         """What to do about a split that is damaged at the source: the rerun that rewrites it, not another check."""
+        from prep.materialize.repair import rerun_command  # on this error path only: ``import prep.reader`` stays light
+
         return f"the split is damaged at the source; rewrite it with the plain rerun `{rerun_command(self.manifest, self.source)}`"
 
     def _clear(self, key: Key) -> None:

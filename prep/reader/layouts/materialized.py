@@ -19,7 +19,7 @@ from prep.io import storage
 from prep.contracts.table import TableMetadata
 from prep.errors import PrepError
 from prep.contracts.manifest import Manifest, read_manifest
-from prep.reader.source import SplitTable
+from prep.reader.stages.source import SplitTable
 
 __all__ = ["Materialized"]
 

@@ -5,7 +5,7 @@ prep.reader: 4-5 s on a 2-core machine, all of it before a loader that waits for
 hands the trainer its first batch. The same reader in process delivers it in ~0.1 s. So
 :class:`~prep.reader.Loader` reads the first steps itself while its workers start:
 
-1. the workers start in the background (:class:`Starting`); each sends :class:`~prep.reader.shipping.Up`
+1. the workers start in the background (:class:`Starting`); each sends :class:`~prep.reader.workers.shipping.Up`
    and waits;
 2. once all are up, the main process names the handoff step ``H``, :data:`LEAD_S` of the
    trainer's steps ahead, and worker ``k`` builds ``H + k, H + k + K, ...``;
@@ -28,7 +28,7 @@ import time
 from typing import Any, Iterator
 
 from prep.reader.batch import Batch
-from prep.reader.shipping import ReceivedAhead, Receiver, Shipment, Up, in_step_order
+from prep.reader.workers.shipping import ReceivedAhead, Receiver, Shipment, Up, in_step_order
 from prep.reader.stage import ReaderError
 
 __all__ = ["Handoff", "Starting", "handed_off", "LEAD_S"]
@@ -63,7 +63,7 @@ class Handoff:
 
 
 class Starting:
-    """The workers, started in a thread until each has sent :class:`~prep.reader.shipping.Up`.
+    """The workers, started in a thread until each has sent :class:`~prep.reader.workers.shipping.Up`.
 
     Starting them waits for the forkserver's imports, and a worker that fails to start (it dies,
     or its dataset raises) fails the first ``next()`` of the DataLoader: both happen here, off
