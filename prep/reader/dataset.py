@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Generator, Iterator, Mapping, Sequence
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
@@ -180,7 +180,7 @@ class ReaderDataset(IterableDataset[Batch]):
     def __iter__(self) -> Iterator[Batch]:
         return self.batches()
 
-    def batches(self, *, share: bool = True) -> Iterator[Batch]:
+    def batches(self, *, share: bool = True) -> Generator[Batch, None, None]:
         """This process's batches from where the last pass stopped (or a loaded state).
 
         In a DataLoader worker each batch is copied into one shared-memory storage to ship,

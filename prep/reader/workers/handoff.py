@@ -25,11 +25,15 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from prep.reader.batch import Batch
 from prep.reader.workers.shipping import ReceivedAhead, Receiver, Shipment, Up, in_step_order
 from prep.reader.stage import ReaderError
+from prep.reader.stats import StatsSnapshot
+
+if TYPE_CHECKING:  # the dataset is handed in; importing it here would load it with the workers' plumbing
+    from prep.reader.dataset import ReaderDataset
 
 __all__ = ["Handoff", "Starting", "handed_off", "LEAD_S"]
 
@@ -115,8 +119,8 @@ class Starting:
             self._abandoned, self._iterator = True, None
 
 
-def handed_off(dataset: Any, starting: Starting, handoff: Handoff, receiver: Receiver,
-               on_handoff: Any) -> Iterator[Batch]:
+def handed_off(dataset: ReaderDataset, starting: Starting, handoff: Handoff, receiver: Receiver,
+               on_handoff: Callable[[int, StatsSnapshot], None]) -> Iterator[Batch]:
     """The batches from ``dataset``'s position: this process's own until the workers have the next step in hand,
     then theirs.
 

@@ -19,7 +19,7 @@ memory a worker can rewrite.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import numpy as np
 import torch
@@ -31,6 +31,10 @@ from prep.reader.stages.prefetch import Prefetcher
 from prep.errors import PrepError
 from prep.reader.schedule import Schedule
 from prep.reader.stage import ReaderError
+
+if TYPE_CHECKING:  # both import this module
+    from prep.reader.dataset import ReaderDataset
+    from prep.reader.workers.handoff import Handoff
 
 __all__ = ["Receiver", "Shipment", "Up", "WorkerShipments", "in_step_order", "ReceivedAhead", "SHIPMENT_BYTES", "SLOTS"]
 
@@ -108,7 +112,7 @@ class WorkerShipments(IterableDataset["Shipment | Up"]):
             (:mod:`prep.reader.workers.handoff`), not at the dataset's position.
     """
 
-    def __init__(self, dataset: Any, receiver: "Receiver", handoff: Any = None) -> None:
+    def __init__(self, dataset: ReaderDataset, receiver: "Receiver", handoff: Handoff | None = None) -> None:
         super().__init__()
         self.dataset, self.slots, self.free, self.closed = dataset, receiver.slots, receiver.free, receiver.closed
         self.handoff = handoff
