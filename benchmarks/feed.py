@@ -14,7 +14,7 @@ in a fresh process; reported per case:
     wait %    waiting over all step time, for the steps after those
     p99 ms    the 99th percentile of one step's wait there (max ms: the longest)
     here      with workers: the batches read in the trainer's process while they started (``Loader``
-              reads the first steps itself and hands over to them, :mod:`prep.reader.handoff`)
+              reads the first steps itself and hands over to them, :mod:`prep.reader.workers.handoff`)
 
 Profiles (the issue's rates; text rows are GSM8K x16 pretrain rows of <= 512 tokens, 193 on average):
 

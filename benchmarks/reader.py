@@ -195,7 +195,7 @@ def batches(case: str, g: int, work: Path):
     else:
         ds = ReaderDataset(str(work / "table.lance"), global_batch_size=g, plan={"num_splits": SPLITS})
     workers = {"planned-w": 1, "prep-w1": 1, "prep-w2": 2}.get(case, 0)
-    # with workers, every step from them (no in-process start, prep.reader.handoff): this measures their transport
+    # with workers, every step from them (no in-process start, prep.reader.workers.handoff): this measures their transport
     loader = Loader(ds, num_workers=workers, start_in_process=False) if workers or case == "prep-L" \
         else DataLoader(ds, batch_size=None)
     return ((b, b.num_tokens) for b in loader)

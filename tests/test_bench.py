@@ -18,7 +18,7 @@ import tables
 from prep.tools import bench
 from prep.cli import main
 from prep.materialize import materialize_shuffle
-from prep.reader import batcher, source
+from prep.reader.stages import batcher, source
 from prep.reader.stats import KNOBS, StatsSnapshot, diagnose
 
 SLOW = 0.02  # seconds added to the slowed stage per call

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
+from prep.contracts.cache_marker import CacheMarker
 from prep.contracts.done import parse_done
 from prep.contracts.manifest import Manifest
 from prep.contracts.marker import JobMarker
@@ -32,6 +33,7 @@ PARSERS: dict[str, Callable[[Any], object]] = {
     "done": parse_done,
     "lease": lambda doc: Holder.from_json(doc, "README"),
     "job_marker": lambda doc: JobMarker.from_json(doc, "README"),
+    "cache_marker": lambda doc: CacheMarker.from_json(doc, "README"),
     "checksums": lambda doc: parse_checksums(doc, "README"),
 }
 

@@ -6,12 +6,14 @@ import glob
 import json
 import os
 import shutil
+from dataclasses import replace
 
 import lance
 import pytest
 
 import tables
 from prep.cli import main as cli_main
+from prep.contracts.cache_marker import CACHE_MARKER, CacheMarker
 from prep.errors import PrepError
 from prep.contracts.manifest import split_path
 from prep.materialize import materialize_shuffle
@@ -59,9 +61,8 @@ def test_prewarm_refuses_a_world_size_that_does_not_divide_the_splits(materializ
 def test_prewarm_refuses_a_cache_of_another_materialization(materialized, tmp_path):
     cache = tmp_path / "cache"
     prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[0])
-    m = (cache / "_prep_cache.json").read_text().replace('"fingerprint": "', '"fingerprint": "x')
-    (cache / "_prep_cache.json").write_text(m)
-    with pytest.raises(PrepError, match="holds materialization x"):
+    _other_materialization(cache)
+    with pytest.raises(PrepError, match=f"holds materialization {OTHER}"):
         prewarm(materialized, cache=str(cache), rank=0, world_size=8)
     assert prewarm(materialized, cache=str(cache), rank=0, world_size=8, overwrite=True)["copied"] == 2
     with pytest.raises(PrepError, match=r"epochs \[7\] are not in"):
@@ -74,11 +75,23 @@ def test_prewarm_overwrite_removes_only_what_prewarm_wrote(materialized, tmp_pat
     mine = {"notes.txt": b"keep", "epoch-00000/my-split.bin": b"mine", "_work": b"not prewarm's"}
     for rel, data in mine.items():
         (cache / rel).write_bytes(data)
-    m = (cache / "_prep_cache.json").read_text().replace('"fingerprint": "', '"fingerprint": "x')
-    (cache / "_prep_cache.json").write_text(m)
+    _other_materialization(cache)
     assert prewarm(materialized, cache=str(cache), rank=1, world_size=8, epochs=[1], overwrite=True)["copied"] == 1
     assert _cached(cache) == [split_path(1, 1)]
     assert {rel: (cache / rel).read_bytes() for rel in mine} == mine
+
+
+def test_prewarm_refuses_a_cache_whose_marker_is_damaged_naming_it(materialized, tmp_path):
+    cache = tmp_path / "cache"
+    prewarm(materialized, cache=str(cache), rank=0, world_size=8, epochs=[0])
+    written = json.loads((cache / CACHE_MARKER).read_text())
+    assert CacheMarker.from_json(written, "w").source == materialized  # what the cache writes, its parser reads
+    (cache / CACHE_MARKER).write_text(json.dumps({**written, "fingerprint": 7}))
+    for overwrite in (False, True):
+        with pytest.raises(PrepError, match=rf"{cache}/_prep_cache.json: cache marker: fingerprint=7 must be 16 hex "
+                                            r"digits: choose an empty or new --cache"):
+            prewarm(materialized, cache=str(cache), rank=0, world_size=8, overwrite=overwrite)
+    assert (cache / split_path(0, 0)).is_dir()  # nothing removed
 
 
 def test_prewarm_refuses_a_non_empty_cache_it_did_not_write(materialized, tmp_path):
@@ -111,10 +124,13 @@ def test_materialize_verify_and_prewarm_through_s3(s3_env, s3_bucket, tmp_path):
     )
 
 
+OTHER = "0123456789abcdef"  # a fingerprint of no materialization here
+
+
 def _other_materialization(cache) -> None:
     """Makes ``cache`` look like the cache of another materialization (its marker names another fingerprint)."""
-    m = (cache / "_prep_cache.json").read_text().replace('"fingerprint": "', '"fingerprint": "x')
-    (cache / "_prep_cache.json").write_text(m)
+    marker = CacheMarker.from_json(json.loads((cache / CACHE_MARKER).read_text()), "test")
+    (cache / CACHE_MARKER).write_text(json.dumps(replace(marker, fingerprint=OTHER).to_json()))
 
 
 def test_prewarm_overwrite_keeps_the_empty_folders_a_user_made(materialized, tmp_path):
@@ -188,8 +204,6 @@ def test_overwrite_never_replaces_a_cache_another_process_uses(materialized, tmp
 
 def _manifest_of(cache):
     """The manifest of the materialization the tampered marker names (the one a user of that cache would read)."""
-    from dataclasses import replace
-
     from prep.io.materialized import read_manifest
 
     marker = json.loads((cache / "_prep_cache.json").read_text())

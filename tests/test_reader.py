@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ import torch
 
 import reader_fixtures as rf
 from prep.errors import PrepError
-from prep.reader import Loader, ReaderDataset, ReaderError
+from prep.reader import Loader, ReaderDataset, ReaderError, ReaderOptions
 
 pytestmark = pytest.mark.skipif(not rf.GSM8K.exists(), reason=f"real data not found at {rf.SHARED_DATA}")
 G = 96  # 48 splits -> b = 2 rows per split per step, 6 steps per epoch, 2 epochs
@@ -189,6 +190,18 @@ def test_state_from_another_plan_or_batch_size_is_rejected(out48):
         ds.load_state_dict({**ds.state_dict(), "sample": 3})
     with pytest.raises(PrepError, match="step=7 is outside epoch 0"):
         ds.load_state_dict({**ds.state_dict(), "step": 7})
+
+
+def test_the_knobs_come_as_keywords_or_as_options_and_an_unknown_one_is_named(out48):
+    path, _ = out48
+    options = ReaderOptions(pad_to_multiple_of=64, return_loss_mask=True)
+    ds = ReaderDataset(path, global_batch_size=G, options=options, pad_to_multiple_of=24)  # a keyword wins
+    assert ds.options == replace(options, pad_to_multiple_of=24)
+    batch = next(iter(ds))
+    assert batch["input_ids"].shape[1] % 24 == 0 and "loss_mask" in batch
+    assert ReaderDataset(path, global_batch_size=G).options == ReaderOptions()
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['pad_multiple'\]"):
+        ReaderDataset(path, global_batch_size=G, pad_multiple=8)
 
 
 def test_import_does_not_pull_in_ray_opens_fast_and_an_abandoned_iterator_exits_cleanly(out48):

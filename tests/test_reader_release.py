@@ -1,4 +1,4 @@
-"""The release thread (prep/reader/release.py) frees what it is handed, in a forked child too."""
+"""The release thread (prep/reader/workers/release.py) frees what it is handed, in a forked child too."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from conftest import REPO
 # A fresh interpreter (no Lance, no Ray: a fork of the test process would copy their threads' state).
 CHILD_FREES = """
 import os, threading, weakref
-from prep.reader.release import Retiring
+from prep.reader.workers.release import Retiring
 
 class Item:
     pass

@@ -17,14 +17,15 @@ import pytest
 import torch
 
 import reader_fixtures as rf
-from prep.reader import ReaderDataset, buffers
-from prep.reader.batcher import Batcher
+from prep.reader import ReaderDataset
+from prep.reader.workers import buffers
+from prep.reader.stages.batcher import Batcher
 from prep.reader.collate import Chunk, collate_steps
-from prep.reader.materialized import Materialized
-from prep.reader.planned import PlannedSplit
-from prep.reader.prefetch import Prefetcher
+from prep.reader.layouts.materialized import Materialized
+from prep.reader.layouts.planned import PlannedSplit
+from prep.reader.stages.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
-from prep.reader.source import ChunkSource, Ragged, SplitTable
+from prep.reader.stages.source import ChunkSource, Ragged, SplitTable
 from prep.reader.spec import CollateSpec, spec_from_metadata
 from prep.plan.order import Share
 

@@ -11,15 +11,15 @@ import pytest
 from common.roundtrip import run_save_load_round_trip
 from common.tiny import tiny_materialized, tiny_prepared
 from prep.cache.store import SplitCache
-from prep.reader.batcher import Batcher
-from prep.reader.cached import FetchStage
-from prep.reader.materialized import Materialized
+from prep.reader.stages.batcher import Batcher
+from prep.reader.stages.cached import CacheFiller
+from prep.reader.layouts.materialized import Materialized
 from prep.reader.options import ReaderOptions
-from prep.reader.pipeline import Pipeline
-from prep.reader.prefetch import Prefetcher
+from prep.reader.stages.pipeline import Pipeline
+from prep.reader.stages.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
-from prep.reader.source import ChunkSource
-from prep.reader.transform import Transformer
+from prep.reader.stages.source import ChunkSource
+from prep.reader.stages.transform import Transformer
 from prep.plan.order import Share
 
 SHARE = Share(8, 4, rank=1, world_size=2)  # splits 2 and 3, 2 rows each a step
@@ -95,7 +95,7 @@ def test_pipeline_through_the_fetch_stage_round_trip(parts, tmp_path):
 
     def make():
         cache = SplitCache(root, source=layout.uri, manifest=layout.manifest)
-        return _pipeline(parts, FetchStage(cache, schedule.epochs, SHARE.splits, threads=2))
+        return _pipeline(parts, CacheFiller(cache, schedule.epochs, SHARE.splits, threads=2))
 
     assert run_save_load_round_trip(make, batch_keys, [1, 8, 12]) == direct
     assert sorted(os.listdir(root))  # the fetch stage did copy splits into the cache

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 import reader_fixtures as rf
 from prep.reader import Loader, ReaderDataset
-from prep.reader.shipping import Receiver, WorkerShipments, in_step_order
+from prep.reader.workers.shipping import Receiver, WorkerShipments, in_step_order
 
 pytestmark = pytest.mark.skipif(not rf.GSM8K.exists(), reason=f"real data not found at {rf.SHARED_DATA}")
 G = 96
@@ -301,7 +301,7 @@ def test_a_loader_with_workers_starts_preloaded_forkserver_when_built_before_any
         "deadline = time.time() + 60\n"
         "while time.time() < deadline:\n"
         "    server = [p for p in psutil.Process().children() if 'forkserver' in ' '.join(p.cmdline())]\n"
-        "    if server and 'prep.reader.preload' in ' '.join(server[0].cmdline()):\n"
+        "    if server and 'prep.reader.workers.preload' in ' '.join(server[0].cmdline()):\n"
         "        print('forkserver', server[0].pid); break\n"
         "    time.sleep(0.1)\n"
     )
@@ -438,7 +438,7 @@ def test_shipments_are_copied_out_on_a_thread_not_the_trainer_s(monkeypatch, sta
     """Copying a shipment out takes milliseconds (G = 256: ~3 MB a step): on the trainer's thread it was a wait."""
     import threading
 
-    from prep.reader import shipping
+    from prep.reader.workers import shipping
 
     copied_on = []
     unpack = shipping.Receiver.batches

@@ -18,7 +18,7 @@ from prep.cache.records import CacheLayout, Key
 __all__ = ["Priority", "make_room"]
 
 # Eviction order for a cached (epoch, split) last used at a time: lower goes first; None: never evict it now.
-Priority = Callable[[Key, float], tuple | None]
+Priority = Callable[[Key, float], tuple[float, float] | None]
 
 
 def make_room(layout: CacheLayout, cached: Callable[[], dict[Key, tuple[int, float]]], need: int, fetching: Key,

@@ -128,7 +128,8 @@ class CacheUse:
         fcntl.flock(self._record_fd, fcntl.LOCK_EX)  # locked before it has its name: a sweep never takes a live one
         os.write(self._record_fd, self.holder.encode())
         os.replace(tmp, self._record)
-        self._fd: int | None = _open(os.path.join(layout.locks, "cache.lock"))
+        self._fd = _open(os.path.join(layout.locks, "cache.lock"))
+        self._released = False
         self._pid = os.getpid()
 
     def try_exclusive(self) -> bool:
@@ -170,13 +171,13 @@ class CacheUse:
                 os.close(fd)
 
     def release(self) -> None:
-        if self._fd is None:
+        if self._released:
             return
         if os.getpid() == self._pid:  # a forked child closes its copies only: the record is its parent's
             remove_tree(self._record)
         os.close(self._record_fd)
         os.close(self._fd)
-        self._fd = None
+        self._released = True
 
     def __del__(self) -> None:
         self.release()

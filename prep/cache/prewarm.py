@@ -83,7 +83,7 @@ def prewarm(
     todo = [k for k in keys if not _cached(store, k)]
     order = {k: i for i, k in enumerate(keys)}
 
-    def priority(key: tuple[int, int], used: float) -> tuple | None:
+    def priority(key: tuple[int, int], used: float) -> tuple[float, float] | None:
         return None if key in order else (0, used)  # only copies prewarm was not asked for make room
 
     skipped: list[tuple[int, int]] = []

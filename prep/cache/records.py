@@ -25,7 +25,6 @@ from typing import Any, Iterator
 
 from prep.contracts.done import DONE_SUFFIX
 from prep.contracts.manifest import MANIFEST, SplitFile, split_path
-from prep.io.transfer import remove_tree
 
 __all__ = ["Key", "CopyRecord", "CacheLayout", "crc32"]
 
@@ -127,6 +126,18 @@ class CacheLayout:
             m = _RECORD_PATH.search(path)
             if m:
                 yield (int(m.group(1)), int(m.group(2))), path
+
+    def copies(self) -> dict[Key, tuple[int, float]]:
+        """``{(epoch, split): (bytes, last used)}`` of the copies with a record (least recently used is the record's mtime)."""
+        out: dict[Key, tuple[int, float]] = {}
+        for key, path in self.records():
+            rec = CopyRecord.read(path)
+            try:
+                if rec is not None:
+                    out[key] = (rec.bytes, os.path.getmtime(path))
+            except OSError:
+                continue  # a record being replaced: not counted, not a candidate
+        return out
 
     def owned(self) -> list[str]:
         """The entries (relative to the root) the cache layout wrote, out of what is there: the manifest and the copies."""

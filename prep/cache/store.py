@@ -1,45 +1,31 @@
 """A local cache of one materialized output's splits: verified copies, bounded in size, shared by processes.
 
-The layout and the copy record are :mod:`prep.cache.records`'s; how processes share the
-cache, :mod:`prep.cache.locks`'s; what is evicted to make room, :mod:`prep.cache.eviction`'s.
-A copy counts only with a record that matches the manifest and files that match the
-record (sizes on every open, CRC-32 of the content once per process and again whenever a
-file's inode, mtime or ctime moved since), so a kill at any moment, a truncated or flipped
-file (also one flipped while this process uses the cache), or a copy of another
-materialization is fetched again, never used. The cache is claimed with prep's marker
-(:data:`CACHE_MARKER`, written by :func:`prep.io.claims.write_cache_marker`): prep writes only into an empty folder or
-its own cache, and replacing another materialization's cache (``overwrite``) removes only
-the cache's own files (:func:`prep.io.claims.remove_owned`), only while no other
-process uses it.
+The layout and the copy record are :mod:`prep.cache.records`'s; claiming the cache for one
+materialization, :mod:`prep.cache.claim`'s; whether a copy is verified,
+:mod:`prep.cache.check`'s; how processes share the cache, :mod:`prep.cache.locks`'s; what is
+evicted to make room, :mod:`prep.cache.eviction`'s. This class reads and fetches: a kill at
+any moment, a damaged copy or a copy of another materialization is fetched again, never used.
 """
 
 from __future__ import annotations
 
-import glob
-import logging
 import os
 import threading
 
 from prep.cache import eviction, locks
+from prep.cache.check import CopyCheck
+from prep.cache.claim import claim
 from prep.cache.eviction import Priority
 from prep.cache.records import CacheLayout, CopyRecord, Key, crc32
-from prep.contracts.manifest import MANIFEST, Manifest, split_path
-from prep.io.materialized import read_manifest
-from prep.contracts.ownership import CACHE_MARKER
-from prep.io.claims import remove_owned, write_cache_marker
+from prep.contracts.manifest import Manifest, split_path
+from prep.contracts.materialized import rerun_command
 from prep.errors import PrepError, one_line
+from prep.io.materialized import read_manifest
 from prep.io import storage
 from prep.io.checksum import dataset_checksum
-from prep.io.jsonfile import read_json_file
 from prep.io.transfer import Fetcher, remove_tree
-from prep.contracts.materialized import rerun_command
 
-__all__ = ["SplitCache", "Key", "Priority", "JOB"]
-
-log = logging.getLogger(__name__)
-
-JOB = "prep prewarm"  # the marker's writer: prewarm and the reader share one layout
-_FIX = "choose an empty or new --cache (prep never deletes what it did not write)"
+__all__ = ["SplitCache", "Key", "Priority"]
 
 
 class SplitCache:
@@ -69,91 +55,10 @@ class SplitCache:
         self.fetcher = fetcher or Fetcher(s3)
         self._splits = {(e.epoch, s.split): s for e in self.manifest.epochs for s in e.splits}
         self._lock = threading.Lock()
-        self._checked: set[tuple] = set()  # (split, record digest, files' inode/mtime/ctime) whose content this process hashed
-        self._hashing: dict[Key, threading.Lock] = {}
-        self._reported: set[Key] = set()  # damaged copies already counted and warned about
         self.hits = self.misses = self.evictions = self.damaged = 0
         self.copies = 0  # copies this object fetched (another process may have fetched the others it found there)
-        self._use = self._claim(overwrite)
-
-    # --- claiming ------------------------------------------------------------------------------
-    def _claim(self, overwrite: bool) -> locks.CacheUse:
-        """Makes the cache this materialization's, touching nothing prep did not write; returns this process's use of it."""
-        root = self.root
-        if os.path.exists(root) and not os.path.isdir(root):
-            raise PrepError(f"--cache {root} is a file, not a directory: {_FIX}")
-        os.makedirs(root, exist_ok=True)
-        with locks.exclusive(root):  # processes starting on one directory: one looks and claims at a time
-            self._marker()
-            os.makedirs(self.layout.locks, exist_ok=True)
-        use = locks.CacheUse(self.layout, JOB)
-        try:
-            replacing = overwrite and use.try_exclusive()
-            if not replacing:
-                use.share()
-            with locks.exclusive(root):
-                old = self._marker()
-                if old is not None and old.get("fingerprint") != self.fingerprint:
-                    self._replace(old, overwrite, replacing, use)
-                if old is None or old.get("fingerprint") != self.fingerprint:
-                    write_cache_marker(root, JOB, source=self.source, fingerprint=self.fingerprint)
-                self._sweep(use)
-                manifest_path = os.path.join(root, MANIFEST)
-                if not os.path.exists(manifest_path) or storage.read_json(manifest_path) != self.manifest.to_json():
-                    storage.write_json_atomic(manifest_path, self.manifest.to_json())
-            if replacing:
-                use.share()  # let the others in; the marker is read again: another run may have replaced it meanwhile
-                with locks.exclusive(root):
-                    now = self._marker()
-                if now is None or now.get("fingerprint") != self.fingerprint:
-                    raise PrepError(f"cache {root} was replaced by another run meanwhile (now materialization "
-                                    f"{(now or {}).get('fingerprint')}): use another cache directory")
-        except BaseException:
-            use.release()
-            raise
-        return use
-
-    def _marker(self) -> dict | None:
-        """The cache's marker; None for an empty folder. Raises for a folder that is not a prep cache."""
-        marker = os.path.join(self.root, CACHE_MARKER)
-        if not os.path.exists(marker):
-            if set(os.listdir(self.root)) - {os.path.basename(self.layout.locks)}:
-                raise PrepError(f"--cache {self.root} is not empty and is not a prep prewarm cache (no {CACHE_MARKER}): {_FIX}")
-            return None
-        old = read_json_file(marker, None, _FIX)
-        if not isinstance(old, dict) or old.get("job") != JOB:
-            raise PrepError(f"{marker} was not written by {JOB}: {_FIX}")
-        return old
-
-    def _replace(self, old: dict, overwrite: bool, replacing: bool, use: locks.CacheUse) -> None:
-        """Removes the cache's own files of another materialization, when allowed (the caller holds the directory lock)."""
-        held = f"cache {self.root} holds materialization {old.get('fingerprint')} of {old.get('source')}, not {self.fingerprint} of {self.source}"
-        if not overwrite:
-            raise PrepError(f"{held}: use another cache directory, or replace it with "
-                            f"`prep prewarm {self.source} --cache {self.root} --overwrite`")
-        if not replacing:
-            others = use.others()
-            who = ", ".join(h.describe() for h in others[:3]) or "another process"
-            raise PrepError(f"{held}, and it is in use by {who}: wait for it to finish or use another cache directory")
-        log.warning("replacing the cache %s (materialization %s): removing only the files the cache wrote",
-                    self.root, old.get("fingerprint"))
-        remove_owned(self.root, self.layout.owned())
-
-    def _sweep(self, use: locks.CacheUse) -> None:
-        """Removes what killed or failed runs left: records of processes that are gone, and temp files of fetches
-        nobody runs now (a split's leftovers go only under its lock)."""
-        use.sweep()
-        for name in (MANIFEST, CACHE_MARKER):  # written under the directory lock, which the caller holds
-            for part in glob.glob(os.path.join(glob.escape(self.root), name + ".tmp-*")):
-                remove_tree(part)
-        for key in self.layout.leftover_keys():
-            fd = locks.try_exclusive(self.layout.lock(key))
-            if fd is not None:
-                try:
-                    for part in self.layout.leftovers(key):
-                        remove_tree(part)
-                finally:
-                    os.close(fd)
+        self._check = CopyCheck(self.layout, self.fingerprint, self._splits, lambda: self._count(damaged=1))
+        self._use = claim(self.layout, source=source, manifest=self.manifest, overwrite=overwrite)
 
     def close(self) -> None:
         """Stops using the cache (another run may then replace it); leases already given stay valid."""
@@ -193,38 +98,7 @@ class SplitCache:
 
     def valid(self, key: Key) -> bool:
         """Whether a complete, verified copy of ``key`` is there (the caller holds its lock)."""
-        rec = CopyRecord.read(self.layout.record(key))
-        if rec is None or not rec.matches(self.fingerprint, self._splits[key]):
-            return False
-        base = self.path(key)
-        stats = []
-        for rel, (size, _) in rec.files.items():
-            try:
-                st = os.stat(os.path.join(base, rel))
-            except OSError:
-                return self._damaged(key, f"{rel} is missing")
-            if st.st_size != size:
-                return self._damaged(key, f"{rel} is {st.st_size} bytes, not {size}")
-            stats.append((st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
-        token = (key, rec.digest, tuple(stats))  # a file written since it was hashed (its ctime moves) is hashed again
-        with self._lock:
-            hashing = self._hashing.setdefault(key, threading.Lock())
-        with hashing:  # threads asking about one split at once hash it once
-            if token not in self._checked:
-                for rel, (_, digest) in rec.files.items():
-                    if crc32(os.path.join(base, rel)) != digest:
-                        return self._damaged(key, f"{rel} does not match its checksum")
-                self._checked.add(token)
-        return True
-
-    def _damaged(self, key: Key, why: str) -> bool:
-        with self._lock:
-            first = key not in self._reported  # checked again under the fetch lock: one warning per copy
-            self._reported.add(key)
-        if first:
-            log.warning("cached copy %s is damaged (%s): it will be fetched again", self.path(key), why)
-            self._count(damaged=1)
-        return False
+        return self._check.valid(key)
 
     # --- fetching ------------------------------------------------------------------------------
     def fetch(self, key: Key, priority: Priority | None = None) -> bool:
@@ -268,9 +142,8 @@ class SplitCache:
                 storage.write_json_atomic(self.layout.record(key), rec.to_json())
             finally:
                 remove_tree(self.layout.reservation(key))
-            with self._lock:
-                self._reported.discard(key)
-                self.copies += 1
+            self._check.fetched(key)
+            self._count(copies=1)
             return True
 
     def _verify_copy(self, key: Key, src: str) -> None:
@@ -300,20 +173,16 @@ class SplitCache:
     # --- size ----------------------------------------------------------------------------------
     def cached(self) -> dict[Key, tuple[int, float]]:
         """``{(epoch, split): (bytes, last used)}`` of the copies with a record, in any process."""
-        out: dict[Key, tuple[int, float]] = {}
-        for key, path in self.layout.records():
-            rec = CopyRecord.read(path)
-            try:
-                if rec is not None:
-                    out[key] = (rec.bytes, os.path.getmtime(path))
-            except OSError:
-                continue  # a record being replaced: not counted, not a candidate
-        return out
+        return self.layout.copies()
 
     def cached_bytes(self) -> int:
+        """The bytes of the copies with a record, in any process."""
         return sum(size for size, _ in self.cached().values())
 
-    def _count(self, **deltas: int) -> None:
+    def _count(self, *, hits: int = 0, misses: int = 0, evictions: int = 0, damaged: int = 0, copies: int = 0) -> None:
         with self._lock:
-            for name, d in deltas.items():
-                setattr(self, name, getattr(self, name) + d)
+            self.hits += hits
+            self.misses += misses
+            self.evictions += evictions
+            self.damaged += damaged
+            self.copies += copies

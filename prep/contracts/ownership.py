@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from prep.contracts.file_index import INDEX_DIR
+from prep.contracts.cache_marker import CACHE_MARKER
 from prep.contracts.marker import JOB_MARKER
 from prep.errors import PrepError
 
@@ -43,7 +44,6 @@ __all__ = ["LEASE", "JOB_MARKER", "CACHE_MARKER", "HEARTBEAT_S", "STALE_S", "MAX
            "State", "OutputClaim", "classify", "leftovers", "removal_order"]
 
 LEASE = "_prep_lease.json"
-CACHE_MARKER = "_prep_cache.json"
 HEARTBEAT_S = 10.0  # how often a holder refreshes its lease
 STALE_S = 120.0  # a lease not refreshed for this long belongs to a dead (or cut-off) holder
 MAX_SKEW_S = STALE_S  # a heartbeat further ahead of this host's clock is not trusted

@@ -13,6 +13,7 @@ import os
 import posixpath
 from typing import Any, Sequence
 
+from prep.contracts.cache_marker import CacheMarker
 from prep.contracts.marker import JOB_MARKER, JobMarker
 from prep.contracts.ownership import CACHE_MARKER, LEASE, OutputClaim, classify, leftovers, removal_order
 from prep.contracts.table import METADATA_KEY
@@ -76,9 +77,9 @@ def write_marker(uri: str, marker: JobMarker, s3: storage.S3Options | None = Non
     _write(uri, JOB_MARKER, marker.to_json(), s3)
 
 
-def write_cache_marker(uri: str, job: str, s3: storage.S3Options | None = None, **fields: str) -> None:
-    """Writes :data:`CACHE_MARKER` in the folder ``uri``: the job marker's stamp plus ``fields`` (a reader cache's)."""
-    _write(uri, CACHE_MARKER, {**JobMarker.now(job).to_json(), **fields}, s3)
+def write_cache_marker(uri: str, marker: CacheMarker, s3: storage.S3Options | None = None) -> None:
+    """Writes ``marker`` as :data:`CACHE_MARKER` in the folder ``uri`` (atomically)."""
+    _write(uri, CACHE_MARKER, marker.to_json(), s3)
 
 
 def _write(uri: str, name: str, doc: dict[str, Any], s3: storage.S3Options | None) -> None:

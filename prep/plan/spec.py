@@ -2,7 +2,7 @@
 
 A :class:`PlanSpec` is what ``prep materialize-shuffle`` is asked to do, what its
 manifest records under ``plan``, what ``prep verify`` recomputes and what the
-reader's on-the-fly plan (:class:`prep.reader.planned.Planned`) reads by. It is
+reader's on-the-fly plan (:class:`prep.reader.layouts.planned.Planned`) reads by. It is
 built and checked here only; everyone else receives the object. Its JSON form
 (:meth:`PlanSpec.to_json`) is the manifest's ``plan`` block, and its fingerprint
 (:meth:`PlanSpec.fingerprint`) ties an output, a reader state and a done record

@@ -13,8 +13,9 @@ from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
 from prep.reader.loader import Loader
+from prep.reader.options import ReaderOptions
 from prep.reader.spec import HF_IMAGE_KEYS
 from prep.reader.stage import ReaderError
 from prep.reader.stats import StatsSnapshot
 
-__all__ = ["Batch", "DeviceFeed", "HF_IMAGE_KEYS", "Loader", "ReaderDataset", "ReaderError", "StatsSnapshot"]
+__all__ = ["Batch", "DeviceFeed", "HF_IMAGE_KEYS", "Loader", "ReaderDataset", "ReaderError", "ReaderOptions", "StatsSnapshot"]

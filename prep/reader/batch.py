@@ -23,7 +23,7 @@ __all__ = ["Batch", "ORIGIN_FIELDS", "refuse_collate"]
 ORIGIN_FIELDS = ("epoch", "step", "ids", "num_tokens", "state", "stats", "worker", "source_rows", "source_tokens")
 
 
-class Batch(dict):
+class Batch(dict[str, torch.Tensor]):
     """Tensors of one local batch, keyed by name, plus where they came from.
 
     Attributes:
@@ -61,7 +61,8 @@ class Batch(dict):
         """A batch of its own type, which holds the origin (see the module docstring)."""
         origin = {"epoch": epoch, "step": step, "ids": ids, "num_tokens": num_tokens, "state": state, "stats": stats,
                   "worker": worker, "source_rows": source_rows, "source_tokens": source_tokens}
-        return type("Batch", (Batch,), {**origin, "__module__": __name__, "__qualname__": "Batch"})(tensors)
+        own: type[Batch] = type("Batch", (Batch,), {**origin, "__module__": __name__, "__qualname__": "Batch"})
+        return own(tensors)
 
     def set_origin(self, **fields: Any) -> None:
         """Updates origin fields (``state``, ``stats``, ``worker``) for this batch and every rebuild of it."""
@@ -75,7 +76,7 @@ class Batch(dict):
     def num_rows(self) -> int:
         return len(self.ids)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # a per-batch type does not pickle by name: DataLoader workers ship the tensors and the origin
         return _restore, (dict(self), {name: getattr(self, name) for name in ORIGIN_FIELDS})
 
@@ -103,7 +104,7 @@ class Batch(dict):
         for k, v in dense.items():
             offsets[k] = size
             size += -(-v.numel() * v.element_size() // 8) * 8  # keep every tensor 8-byte aligned
-        buffer = torch.empty(max(size, 8), dtype=torch.uint8).share_memory_()
+        buffer = torch.empty(max(size, 8), dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]  # torch leaves it untyped
         raw = buffer.numpy()
         out = {}
         for k, v in dense.items():
@@ -125,7 +126,7 @@ def _restore(tensors: dict[str, torch.Tensor], origin: dict[str, Any]) -> Batch:
     return Batch.make(tensors, **origin)
 
 
-def refuse_collate(batch: list, *, collate_fn_map: Any = None) -> None:
+def refuse_collate(batch: list[Any], *, collate_fn_map: Any = None) -> None:
     """What ``DataLoader(ds, batch_size=N)`` meets: N whole local batches to stack. One line instead of
     torch's ``stack expects each tensor to be equal size`` (batches differ in padded length)."""
     raise PrepError(f"the reader yields whole local batches: DataLoader got batch_size={len(batch)} and tried to stack "

@@ -15,7 +15,7 @@ group's output:
   mask (``arange(width) < length``, one call per batch), and the tokens are gathered and
   put in place in one operation per output, each batch padded
   to its own longest row (rounded up to ``pad_to_multiple_of``, so shapes fall into a
-  few buckets); outputs live on recycled memory (:mod:`prep.reader.buffers`);
+  few buckets); outputs live on recycled memory (:mod:`prep.reader.workers.buffers`);
 * ``labels`` are ``input_ids`` with -100 where ``loss_mask`` is 0 or on padding.
 
 Only NumPy computes here; torch merely wraps the results (``torch.from_numpy``). A
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from prep.contracts.foreign import NO_ID
-from prep.reader import buffers
+from prep.reader.workers import buffers
 from prep.reader.spec import CollateSpec
 
 __all__ = ["Chunk", "collate_steps", "source_counts", "ranges", "IGNORE_INDEX"]
@@ -61,7 +61,7 @@ class Chunk:
     the identity, e.g. one range read per split; an on-the-fly plan reads them in one ``take``).
 
     Attributes:
-        columns: NumPy columns (see :func:`prep.reader.source.columns_to_numpy`).
+        columns: NumPy columns (see :func:`prep.reader.stages.source.columns_to_numpy`).
         counts: ``(steps, splits)``: rows each split gives each step of the chunk (see
             :meth:`prep.plan.order.Share.rows`).
         offsets: ``(steps, splits)``: where those rows start in the concatenation.
@@ -90,11 +90,15 @@ class Chunk:
         if counts.shape[1] == 1 and self.order is None:
             return slice(int(offsets[0, 0]), int(offsets[-1, 0] + counts[-1, 0]))
         b = int(counts[0, 0])
+        pos: np.ndarray
         if (counts == b).all():  # every split gives every step b rows: one broadcast
             pos = (offsets[:, :, None] + np.arange(b)).ravel()
         else:
             pos = ranges(offsets.ravel(), counts.ravel())
-        return pos if self.order is None else self.order[pos]
+        if self.order is None:
+            return pos
+        ordered: np.ndarray = self.order[pos]
+        return ordered
 
 
 def collate_steps(chunk: Chunk, start: int, stop: int, spec: CollateSpec) -> list[Built]:
@@ -144,7 +148,7 @@ def source_counts(chunk: Chunk, start: int, stop: int, spec: CollateSpec) -> tup
 
 
 def _filled(size: int, dtype: Any, value: int) -> np.ndarray:
-    """``np.full`` on recycled memory (see :mod:`prep.reader.buffers`)."""
+    """``np.full`` on recycled memory (see :mod:`prep.reader.workers.buffers`)."""
     out = buffers.empty(size, dtype)
     out.fill(value)
     return out
@@ -154,7 +158,7 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
 
-def _padded(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict, int]]:
+def _padded(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict[str, torch.Tensor], int]]:
     col = chunk.columns["input_ids"]
     if isinstance(rows, slice):
         rows = np.arange(rows.start, rows.stop)
@@ -218,9 +222,12 @@ def ranges(row_start: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return np.cumsum(jumps, out=jumps)
 
 
-def _packed(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict, int]]:
+def _packed(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict[str, torch.Tensor], int]]:
     dtype, cols = _np_dtype(spec.token_dtype), chunk.columns
-    grab = lambda name, dt=None: _as(cols[name][rows], dt).reshape(steps, -1, cols[name].shape[1])  # noqa: E731
+
+    def grab(name: str, dt: Any = None) -> np.ndarray:
+        return _as(cols[name][rows], dt).reshape(steps, -1, cols[name].shape[1])
+
     input_ids, position_ids = grab("input_ids", dtype), grab("position_ids", dtype)
     loss_mask = grab("loss_mask")
     length = cols["length"][rows].reshape(steps, -1)
@@ -241,7 +248,7 @@ def _as(a: np.ndarray, dtype: Any) -> np.ndarray:
     return a if dtype is None or a.dtype == dtype else a.astype(dtype)
 
 
-def _images(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict, int]]:
+def _images(chunk: Chunk, rows: np.ndarray | slice, steps: int, spec: CollateSpec) -> list[tuple[dict[str, torch.Tensor], int]]:
     h, w, c = spec.image_shape  # type: ignore[misc]
     pixels = chunk.columns["image"][rows].reshape(steps, -1, h, w, c)
     labels = chunk.columns["label"][rows].astype(np.int64).reshape(steps, -1)

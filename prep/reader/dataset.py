@@ -1,6 +1,6 @@
 """The torch ``IterableDataset``: whole local batches from a materialized output.
 
-Each ``iter()`` runs a :class:`~prep.reader.pipeline.Pipeline` of stages on bounded
+Each ``iter()`` runs a :class:`~prep.reader.stages.pipeline.Pipeline` of stages on bounded
 queues: an I/O thread, a batch-building thread, an optional transform pool.
 
 Use it with ``DataLoader(ds, batch_size=None, num_workers=0)`` (recommended: the
@@ -9,30 +9,29 @@ or with torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=N)``: 
 DataLoader worker ``state_dict``/``load_state_dict`` describe that worker's own next step,
 which is what ``StatefulDataLoader`` snapshots per worker and hands back on resume.
 Safe to fork before or after iterating: threads and Lance datasets belong to the
-process that iterates (see :mod:`prep.reader.forksafe`).
+process that iterates (see :mod:`prep.reader.workers.forksafe`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
+from typing import Any, Generator, Iterator, Mapping, Sequence
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from prep.io import storage
 from prep.cache.store import SplitCache
 from prep.errors import PrepError
 from prep.plan.spec import PlanSpec
-from prep.reader import forksafe, lifeline
+from prep.reader.workers import forksafe, lifeline
 from prep.reader import state as st
 from prep.reader.batch import Batch
-from prep.reader.cached import FetchStage
+from prep.reader.stages.cached import CacheFiller
 from prep.reader.layouts import open_layout
 from prep.reader.options import ReaderOptions
-from prep.reader.pipeline import Pipeline
+from prep.reader.stages.pipeline import Pipeline
 from prep.reader.schedule import Schedule
 from prep.reader.spec import TEXT_KINDS, row_bytes
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
@@ -44,7 +43,7 @@ __all__ = ["ReaderDataset"]
 log = logging.getLogger(__name__)
 
 
-class ReaderDataset(IterableDataset):
+class ReaderDataset(IterableDataset[Batch]):
     """Local batches of one rank, in step order, resumable at any step.
 
     Args:
@@ -59,29 +58,17 @@ class ReaderDataset(IterableDataset):
         epochs: which epochs to read (default: all in the manifest; with ``plan``: an int n reads 0..n-1).
         plan: read a prepared table directly with this shuffle plan (a :class:`prep.plan.spec.PlanSpec`,
             or some of its keys: the rest default).
-        transform: ``fn(batch) -> dict of tensors``, run on ``transform_threads`` threads.
-        transform_threads: threads for ``transform`` (default 2).
-        pad_id: padding token (default: the table's tokenizer pad id, else its eos id).
-        token_dtype: dtype of ``input_ids``/``position_ids`` (default int64).
-        pad_to_multiple_of: round padded lengths up to a multiple (default 1).
-        image_layout: ``NCHW`` (default) or ``NHWC``.
-        image_keys: the batch keys of an image table's pixels and labels: ``("image", "label")`` (default),
-            or ``prep.reader.HF_IMAGE_KEYS`` = ``("pixel_values", "labels")``, the names HF image models take.
-            Text batches use HF's names already (``input_ids``, ``labels``, ``position_ids``).
-        return_loss_mask: also return ``loss_mask`` (default False).
-        pin_memory: build batches in pinned host memory, on the batch-building threads (default False; needs CUDA).
-        batch_threads: threads building batches (default 2).
-        read_bytes: about how many bytes one read covers, all the rank's splits together (default 64 MiB).
-        raw_chunks: reads queued ahead of batching (default 2).
-        prefetch_batches: batches built ahead of the consumer, at least (default 4).
         s3: where to reach ``s3://`` URIs (default: the environment).
         cache_dir: a local directory for verified copies of this rank's splits (see
-            :mod:`prep.reader.cached`): read from there when a copy is there, else from
+            :mod:`prep.reader.stages.cached`): read from there when a copy is there, else from
             the remote while a background stage copies it (default: no cache). The
             directory ``prep prewarm --cache`` fills.
         cache_max_bytes: the most bytes the cache may hold (default: no limit); less than
             an epoch works: splits that do not fit are read from the remote.
-        fetch_threads: splits the cache's fetch stage copies at once (default 8).
+        options: how batches are built and delivered (:class:`~prep.reader.options.ReaderOptions`;
+            default: its defaults).
+        **knobs: any field of :class:`~prep.reader.options.ReaderOptions` as a keyword (``transform``,
+            ``pad_id``, ``image_keys``, ``pin_memory``, ``read_bytes``, ``fetch_threads``, ...), over ``options``.
 
     Example:
         >>> ds = ReaderDataset("out/", global_batch_size=96)          # doctest: +SKIP
@@ -92,24 +79,10 @@ class ReaderDataset(IterableDataset):
 
     def __init__(self, path: str, *, global_batch_size: int, rank: int | None = None, world_size: int | None = None,
                  epochs: int | Sequence[int] | None = None, plan: PlanSpec | Mapping[str, Any] | None = None,
-                 transform: Callable[[Batch], dict] | None = ReaderOptions.transform,
-                 transform_threads: int = ReaderOptions.transform_threads, pad_id: int | None = ReaderOptions.pad_id,
-                 token_dtype: torch.dtype = ReaderOptions.token_dtype,
-                 pad_to_multiple_of: int = ReaderOptions.pad_to_multiple_of,
-                 image_layout: Literal["NCHW", "NHWC"] = ReaderOptions.image_layout,
-                 image_keys: tuple[str, str] = ReaderOptions.image_keys,
-                 return_loss_mask: bool = ReaderOptions.return_loss_mask, pin_memory: bool = ReaderOptions.pin_memory,
-                 batch_threads: int = ReaderOptions.batch_threads, read_bytes: int = ReaderOptions.read_bytes,
-                 raw_chunks: int = ReaderOptions.raw_chunks, prefetch_batches: int = ReaderOptions.prefetch_batches,
                  s3: storage.S3Options | None = None, cache_dir: str | None = None, cache_max_bytes: int | None = None,
-                 fetch_threads: int = ReaderOptions.fetch_threads) -> None:
+                 options: ReaderOptions | None = None, **knobs: Any) -> None:
         super().__init__()
-        self.options = ReaderOptions(
-            transform=transform, transform_threads=transform_threads, pad_id=pad_id, token_dtype=token_dtype,
-            pad_to_multiple_of=pad_to_multiple_of, image_layout=image_layout, image_keys=image_keys,
-            return_loss_mask=return_loss_mask,
-            pin_memory=pin_memory, batch_threads=batch_threads, read_bytes=read_bytes, raw_chunks=raw_chunks,
-            prefetch_batches=prefetch_batches, fetch_threads=fetch_threads)
+        self.options = ReaderOptions.of(options, knobs)
         self.layout, chosen = open_layout(path, global_batch_size=global_batch_size, plan=plan, epochs=epochs, s3=s3)
         if cache_dir is not None and self.layout.manifest is None:
             raise PrepError(f"cache_dir works with a materialized output, not with a prepared table ({path}) read "
@@ -125,7 +98,7 @@ class ReaderDataset(IterableDataset):
                                               columns=self.layout.columns)
         if self.layout.metadata.inferred is not None:
             log.warning("%s", self.layout.metadata.inferred)
-        self._max_steps = max(1, read_bytes // max(1, row_bytes(self.layout.metadata, self.spec) * self.local_batch_size))
+        self._max_steps = max(1, self.options.read_bytes // max(1, row_bytes(self.layout.metadata, self.spec) * self.local_batch_size))
         self._position = self.schedule.position(0)
         self._pending: tuple[int, int] | None = None
         self._own: int | None = None  # in a DataLoader worker: the next step this worker builds
@@ -177,11 +150,11 @@ class ReaderDataset(IterableDataset):
 
         In a DataLoader worker, ``state`` is that worker's own next step (see :meth:`state_dict`).
         """
-        version = st.pinned_version(self.layout, state)
-        if version is not None:  # an on-the-fly plan over a table that grew since: read the version the state pins
-            log.info("reader state pins %s at version %d (opened at %d): reading that version",
-                     self.layout.uri, version, self.layout.source_version)
-            self.layout = self.layout.at_version(version)
+        pinned = st.pinned_layout(self.layout, state)
+        if pinned is not None:  # an on-the-fly plan over a table that grew since: read the version the state pins
+            log.info("reader state pins %s at version %s (opened at %s): reading that version",
+                     self.layout.uri, pinned.source_version, self.layout.source_version)
+            self.layout = pinned
             self.schedule = Schedule.build(self.layout.split_rows, self.layout.epochs, self.share)
             self._position = self.schedule.position(0)
         position = st.check(self, state)
@@ -208,11 +181,11 @@ class ReaderDataset(IterableDataset):
     def __iter__(self) -> Iterator[Batch]:
         return self.batches()
 
-    def batches(self, *, share: bool = True) -> Iterator[Batch]:
+    def batches(self, *, share: bool = True) -> Generator[Batch, None, None]:
         """This process's batches from where the last pass stopped (or a loaded state).
 
         In a DataLoader worker each batch is copied into one shared-memory storage to ship,
-        unless ``share=False`` (the caller ships them itself, see :mod:`prep.reader.shipping`).
+        unless ``share=False`` (the caller ships them itself, see :mod:`prep.reader.workers.shipping`).
         """
         if self._pid != os.getpid():  # forked: the parent's pipeline (threads, Lance handles) is not ours to touch
             forksafe.keep(self._pipeline)
@@ -255,12 +228,12 @@ class ReaderDataset(IterableDataset):
         """The cache at ``root`` for this output, from the manifest the layout already read."""
         return SplitCache(root, source=self.layout.uri, manifest=self.layout.manifest, max_bytes=max_bytes, s3=s3)
 
-    def _fetch_stage(self, epoch: int) -> FetchStage | None:
+    def _fetch_stage(self, epoch: int) -> CacheFiller | None:
         """This process's fetch stage, from ``epoch`` on (None without a cache)."""
         if self._cache is None:
             return None
         epochs = self.schedule.epochs[self.schedule.epochs.index(epoch):]
-        return FetchStage(self._split_cache(*self._cache), tuple(epochs), self.splits,
+        return CacheFiller(self._split_cache(*self._cache), tuple(epochs), self.splits,
                           threads=self.options.fetch_threads)
 
     # --- observability -----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class DeviceFeed:
             for batch in self._batches:
                 yield batch if self.device.type == "cpu" else batch.to(self.device)
             return
-        stream = torch.cuda.Stream(self.device)
+        stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]  # torch leaves it untyped
         it = iter(self._batches)
 
         def stage() -> Batch | None:

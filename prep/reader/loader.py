@@ -15,7 +15,8 @@ import multiprocessing
 import time
 import weakref
 from multiprocessing import forkserver
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generator, Iterator
 
 import torch
 from torch.utils.data import DataLoader
@@ -25,15 +26,15 @@ from prep.reader import state as st
 from prep.reader.batch import Batch
 from prep.reader.dataset import ReaderDataset
 from prep.reader.device import DeviceFeed
-from prep.reader.handoff import Handoff, Starting, handed_off
-from prep.reader.release import Retiring
-from prep.reader.shipping import ReceivedAhead, Receiver, WorkerShipments, in_step_order
+from prep.reader.workers.handoff import Handoff, Starting, handed_off
+from prep.reader.workers.release import Retiring
+from prep.reader.workers.shipping import ReceivedAhead, Receiver, WorkerShipments, in_step_order
 from prep.reader.spec import TEXT_KINDS
 from prep.reader.stats import StatsSnapshot, source_shares, status_line
 
 __all__ = ["Loader", "require_steps", "worker_context"]
 
-_OPEN: "weakref.WeakSet[Iterator[Batch]]" = weakref.WeakSet()  # the Loader iterations not finished yet
+_OPEN: "weakref.WeakSet[Generator[Batch, None, None]]" = weakref.WeakSet()  # the Loader iterations not finished yet
 
 
 @atexit.register
@@ -71,15 +72,27 @@ def require_steps(dataset: ReaderDataset) -> None:
 
 
 def worker_context() -> Any:
-    """``forkserver`` (Lance is not fork-safe) with torch and prep.reader preloaded (:mod:`prep.reader.preload`).
+    """``forkserver`` (Lance is not fork-safe) with torch and prep.reader preloaded (:mod:`prep.reader.workers.preload`).
 
     The server starts now, in the background: its imports (about 1.5 CPU-s) overlap what the
     trainer does before its first batch (building the model), instead of delaying that batch.
     """
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["prep.reader.preload"])
+    ctx.set_forkserver_preload(["prep.reader.workers.preload"])
     forkserver.ensure_running()
     return ctx
+
+
+@dataclass
+class _Consumed:
+    """What this process's consumer took of one iteration, and how long it waited."""
+
+    started: float = field(default_factory=time.perf_counter)
+    wait: float = 0.0
+    first: float | None = None  # seconds to the first batch
+    rows: int = 0
+    tokens: int = 0
+    batches: int = 0
 
 
 class Loader:
@@ -90,11 +103,11 @@ class Loader:
         num_workers: DataLoader worker processes (default 0: the reader's own threads overlap
             I/O and batching with training). Workers take every ``num_workers``-th step.
         device: move batches there, one batch ahead on a side CUDA stream (default: leave on host).
-        prefetch_factor: shipments (a few steps each, :mod:`prep.reader.shipping`) each worker builds ahead (default 2).
+        prefetch_factor: shipments (a few steps each, :mod:`prep.reader.workers.shipping`) each worker builds ahead (default 2).
         multiprocessing_context: for workers (default ``forkserver``: Lance is not fork-safe).
         start_in_process: with workers, read the first steps in this process while they start (their
             forkserver imports torch: seconds), and hand over to them at a step named once all are up
-            (:mod:`prep.reader.handoff`; :attr:`handoff`). False: every step comes from the workers.
+            (:mod:`prep.reader.workers.handoff`; :attr:`handoff`). False: every step comes from the workers.
         epoch_per_iter: each ``iter()`` yields the rest of one epoch, so a trainer that counts epochs
             itself (HF Trainer, Lightning) numbers them as the reader does; ``len()`` is then the steps
             of an epoch (the longest, when epochs differ by a step) instead of all epochs'.
@@ -120,7 +133,7 @@ class Loader:
             else worker_context()
         self._position, self._loaded = dataset.position, dataset._pending is not None
         self._workers: dict[int, StatsSnapshot] = {}
-        self._mine = {"started": time.perf_counter(), "wait": 0.0, "first": None, "rows": 0, "tokens": 0, "batches": 0}
+        self._mine = _Consumed()
         self._prev = StatsSnapshot()
         self._handoff: tuple[int, int] | None = None
         self._read_here: StatsSnapshot | None = None  # after a handoff: what this process read before it
@@ -158,7 +171,7 @@ class Loader:
         _OPEN.add(iteration)
         return iteration
 
-    def _iterate(self) -> Iterator[Batch]:
+    def _iterate(self) -> Generator[Batch, None, None]:
         schedule = self.dataset.schedule
         if not self._loaded and self._position == schedule.end:
             self._position = schedule.position(0)
@@ -183,8 +196,7 @@ class Loader:
         if self.device is not None:
             batches = DeviceFeed(batches, self.device)
         self._workers = {}
-        mine = self._mine = {"started": time.perf_counter(), "wait": 0.0, "first": None, "rows": 0, "tokens": 0,
-                             "batches": 0}
+        mine = self._mine = _Consumed()
         self._prev = StatsSnapshot()
         it, retiring = iter(batches), Retiring()
         try:
@@ -195,11 +207,11 @@ class Loader:
                 except StopIteration:
                     return
                 now = time.perf_counter()
-                mine["wait"] += now - waited
-                mine["first"] = mine["first"] if mine["first"] is not None else now - mine["started"]
-                mine["rows"] += batch.num_rows
-                mine["tokens"] += batch.num_tokens
-                mine["batches"] += 1
+                mine.wait += now - waited
+                mine.first = mine.first if mine.first is not None else now - mine.started
+                mine.rows += batch.num_rows
+                mine.tokens += batch.num_tokens
+                mine.batches += 1
                 if batch.stats is not None:
                     self._workers[batch.worker] = batch.stats
                 self._position = schedule.position(schedule.index(batch.epoch, batch.step) + 1)
@@ -220,10 +232,10 @@ class Loader:
         base = self.dataset.stats() if self._read_here is None else self._read_here
         for snap in self._workers.values():
             base = base.merged(snap)
-        in_flight = base.consumed_rows - mine["rows"] if self.num_workers > 0 else 0
-        return base.replace(wall_s=time.perf_counter() - mine["started"], first_batch_s=mine["first"], wait_s=mine["wait"],
-                            prefetched_rows=base.prefetched_rows + max(0, in_flight), consumed_rows=mine["rows"],
-                            consumed_tokens=mine["tokens"], consumed_batches=mine["batches"])
+        in_flight = base.consumed_rows - mine.rows if self.num_workers > 0 else 0
+        return base.replace(wall_s=time.perf_counter() - mine.started, first_batch_s=mine.first, wait_s=mine.wait,
+                            prefetched_rows=base.prefetched_rows + max(0, in_flight), consumed_rows=mine.rows,
+                            consumed_tokens=mine.tokens, consumed_batches=mine.batches)
 
     def status_line(self) -> str:
         """``epoch 0 of 3 step 100 | 11,101 tok/s | 134.4 rows/s | 0/0/48704/3264 | gpu-bound`` (since the last call)."""

@@ -1,14 +1,14 @@
 """How the reader builds and delivers batches: one typed, frozen set of knobs.
 
-:class:`~prep.reader.dataset.ReaderDataset` keeps its keywords for users and builds
-these options once; the pipeline and the collate spec take them from here, so a knob
-is named and defaulted in one place (the dataset's keywords default to these fields).
+:class:`~prep.reader.dataset.ReaderDataset` takes these options, or any of their fields
+as keywords (:meth:`ReaderOptions.of`); the pipeline and the collate spec take them from
+here, so a knob is named, typed, defaulted and documented in one place: this class.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import torch
 
@@ -40,7 +40,7 @@ class ReaderOptions:
         fetch_threads: splits the cache's fetch stage copies at once.
     """
 
-    transform: Callable[[Batch], dict] | None = None
+    transform: Callable[[Batch], dict[str, Any]] | None = None
     transform_threads: int = 2
     pad_id: int | None = None
     token_dtype: torch.dtype = torch.int64
@@ -54,6 +54,20 @@ class ReaderOptions:
     raw_chunks: int = 2
     prefetch_batches: int = 4
     fetch_threads: int = 8
+
+    @classmethod
+    def of(cls, options: ReaderOptions | None, knobs: Mapping[str, Any]) -> ReaderOptions:
+        """``options`` (default: the defaults) with the fields in ``knobs`` replaced: the dataset's keywords.
+
+        Raises:
+            TypeError: a keyword that is no field of this class (naming it and the fields).
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(knobs) - known)
+        if unknown:
+            raise TypeError(f"ReaderDataset() got unexpected keyword arguments {unknown}: "
+                            f"its keywords are the dataset's and ReaderOptions' {sorted(known)}")
+        return replace(options if options is not None else cls(), **knobs)
 
     def collate_spec(self, metadata: TableMetadata, *, sources: int = 0, columns: Sequence[str] | None = None) -> CollateSpec:
         """The collate spec for a table with this ``prep`` metadata whose rows have ``columns``."""

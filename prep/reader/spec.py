@@ -122,13 +122,13 @@ def spec_from_metadata(meta: TableMetadata, *, pad_id: int | None = None,
         if pad_id is None:
             raise PrepError("the table metadata names no tokenizer pad_id or eos_id: pass pad_id=")
     return CollateSpec(kind=kind, pad_id=int(pad_id or 0), token_dtype=token_dtype, pad_to_multiple_of=pad_to_multiple_of,
-                       image_shape=image_shape, image_layout=image_layout, image_keys=tuple(image_keys),
+                       image_shape=image_shape, image_layout=image_layout, image_keys=image_keys,
                        return_loss_mask=return_loss_mask, sources=sources, absent=absent)
 
 
 def row_bytes(meta: TableMetadata, spec: CollateSpec) -> int:
     """Roughly how many bytes one row reads (to size reads)."""
-    if spec.kind == "images":
+    if spec.kind == "images" and spec.image_shape is not None:  # always set for images (spec_from_metadata)
         return int(np.prod(spec.image_shape)) + 16
     if spec.kind == "packed" and meta.seq_len:
         return meta.seq_len * 9 + 16

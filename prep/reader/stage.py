@@ -4,13 +4,13 @@ A *stage* (:class:`Stage`) turns the items of the stage before it into its own a
 can say, at any moment, what its consumer has taken (``get_state``); resetting a new
 stage to that state continues exactly (``tests/common/roundtrip.py`` checks every
 stage). A *layout* (:class:`Layout`) is what is read: a materialized output
-(:class:`prep.reader.materialized.Materialized`) or a prepared table through an on-the-fly
-plan (:class:`prep.reader.planned.Planned`).
+(:class:`prep.reader.layouts.materialized.Materialized`) or a prepared table through an on-the-fly
+plan (:class:`prep.reader.layouts.planned.Planned`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -18,21 +18,28 @@ from prep.contracts.manifest import Manifest
 from prep.contracts.table import TableMetadata
 from prep.errors import PrepError
 
-__all__ = ["EPOCH_KEY", "STEP_KEY", "Layout", "ReaderError", "SplitReader", "Stage"]
+__all__ = ["EPOCH_KEY", "STEP_KEY", "Layout", "ReaderError", "SplitOpener", "SplitReader", "Stage"]
 
 EPOCH_KEY = "epoch"  # a stage state is {EPOCH_KEY: e, STEP_KEY: t}: the next global step to deliver
 STEP_KEY = "step"
+T_co = TypeVar("T_co", covariant=True)
 
 
 class ReaderError(PrepError):
     """A failure inside one of the reader's threads, re-raised where the batches are consumed."""
 
 
-class Stage(Protocol):
-    """The contract every reader stage follows (see ../shared/STYLE.md, "Stages with a contract")."""
+class Stage(Protocol[T_co]):
+    """The contract every reader stage follows (see ../shared/STYLE.md, "Stages with a contract"): items of type ``T_co``.
+
+    tests/test_reader_protocols.py holds each stage class to it under the type checker.
+    """
 
     def reset(self, initial_state: dict[str, Any] | None) -> None: ...
-    def next(self) -> Any: ...
+    def next(self) -> T_co:
+        """The next item; StopIteration after the last."""
+        ...
+
     def get_state(self) -> dict[str, Any]: ...
     def shutdown(self) -> None: ...
 
@@ -48,7 +55,15 @@ class SplitReader(Protocol):
         ...
 
 
-class Layout(Protocol):
+class SplitOpener(Protocol):
+    """What the I/O stage reads through: one (epoch, split) at a time (a :class:`Layout`, or the cache's wrapper of one)."""
+
+    def open_split(self, epoch: int, split: int, columns: list[str]) -> SplitReader:
+        """One (epoch, split), opened in the calling process."""
+        ...
+
+
+class Layout(SplitOpener, Protocol):
     """What the reader needs from the data it reads (one implementation per mode).
 
     Attributes:
@@ -88,7 +103,3 @@ class Layout(Protocol):
     def mixture_batch(self) -> int | None: ...
     @property
     def mixture_tables(self) -> tuple[str, ...] | None: ...
-
-    def open_split(self, epoch: int, split: int, columns: list[str]) -> SplitReader:
-        """One (epoch, split), opened in the calling process."""
-        ...

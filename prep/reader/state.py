@@ -7,20 +7,23 @@ divides the global batch continues the same global batch sequence.
 
 The fingerprint covers the table version, so a state pins the data: an on-the-fly plan
 over a table that grew since is reopened at the version the state names
-(:func:`pinned_version`), and a materialized output extended onto a newer version keeps
+(:func:`pinned_layout`), and a materialized output extended onto a newer version keeps
 its fingerprint (its old epochs are unchanged), so its states resume across the boundary.
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prep.errors import PrepError
-from prep.reader.stage import EPOCH_KEY, STEP_KEY
+from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout
+
+if TYPE_CHECKING:  # the dataset imports this module
+    from prep.reader.dataset import ReaderDataset
 
 __all__ = ["STATE_FORMAT", "FORMAT_KEY", "FINGERPRINT_KEY", "SOURCE_VERSION_KEY", "NUM_SPLITS_KEY",
-           "GLOBAL_BATCH_KEY", "WORLD_SIZE_KEY", "EPOCH_KEY", "STEP_KEY", "make", "check", "pinned_version"]
+           "GLOBAL_BATCH_KEY", "WORLD_SIZE_KEY", "EPOCH_KEY", "STEP_KEY", "make", "check", "pinned_layout"]
 
 STATE_FORMAT = "prep.reader/1"
 FORMAT_KEY = "format"
@@ -33,7 +36,7 @@ _KEYS = {FORMAT_KEY, FINGERPRINT_KEY, SOURCE_VERSION_KEY, NUM_SPLITS_KEY, GLOBAL
          EPOCH_KEY, STEP_KEY}
 
 
-def make(ds: Any, epoch: int, step: int) -> dict[str, Any]:
+def make(ds: ReaderDataset, epoch: int, step: int) -> dict[str, Any]:
     """The state of reader ``ds`` positioned at ``(epoch, step)``."""
     return {
         FORMAT_KEY: STATE_FORMAT,
@@ -47,19 +50,21 @@ def make(ds: Any, epoch: int, step: int) -> dict[str, Any]:
     }
 
 
-def pinned_version(layout: Any, state: Any) -> int | None:
-    """The table version an on-the-fly plan's ``state`` was taken on, when the reader opened another one
-    (the table grew since) and the state is of the same plan over it; None otherwise (then :func:`check`
-    judges the state). The reader reopens the table there: a resume reads the rows it read before."""
-    if layout.manifest is not None or not isinstance(state, dict) or state.get(FINGERPRINT_KEY) == layout.fingerprint:
+def pinned_layout(layout: Layout, state: Any) -> Layout | None:
+    """``layout`` reopened at the table version an on-the-fly plan's ``state`` was taken on, when the reader
+    opened another one (the table grew since) and the state is of the same plan over it; None otherwise
+    (then :func:`check` judges the state). A resume there reads the rows it read before."""
+    from prep.reader.layouts.planned import Planned  # the one layout a state pins (Lance: on a resume only)
+
+    if not isinstance(layout, Planned) or not isinstance(state, dict) or state.get(FINGERPRINT_KEY) == layout.fingerprint:
         return None  # a materialized output's epochs are written: its fingerprint alone decides
     version = state.get(SOURCE_VERSION_KEY)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1 or version == layout.source_version:
         return None
-    return version if layout.plan.fingerprint(layout.uri, version) == state.get(FINGERPRINT_KEY) else None
+    return layout.at_version(version) if layout.plan.fingerprint(layout.uri, version) == state.get(FINGERPRINT_KEY) else None
 
 
-def check(ds: Any, state: dict[str, Any]) -> tuple[int, int]:
+def check(ds: ReaderDataset, state: dict[str, Any]) -> tuple[int, int]:
     """The ``(epoch, step)`` to resume at, after checking ``state`` belongs to reader ``ds``.
 
     Raises:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["StatsSnapshot", "Stage", "Verdict", "KNOBS", "diagnose", "verdict", "status_line", "source_shares", "WAIT_FRACTION_BOUND"]
 
@@ -98,7 +98,7 @@ class StatsSnapshot:
         firsts = [x for x in (self.first_batch_s, other.first_batch_s) if x is not None]
         return StatsSnapshot(wall_s=max(self.wall_s, other.wall_s), first_batch_s=min(firsts) if firsts else None, **out)
 
-    def replace(self, **changes: object) -> "StatsSnapshot":
+    def replace(self, **changes: Any) -> "StatsSnapshot":
         return dataclasses.replace(self, **changes)
 
     @property

@@ -4,7 +4,7 @@ A sandbox (:mod:`prep.prepare.isolation`) started with ``python -m`` pays for it
 (torch, torchvision, transformers: ~4-6 CPU-s) each time it starts, and it starts again after
 every crash, every hang and for every probe. Forked from a zygote that holds those imports, a
 child starts in milliseconds. Forking is safe only from a process whose Lance runtime never
-ran (:mod:`prep.reader.forksafe`), so the zygote imports modules and never calls into them:
+ran (:mod:`prep.reader.workers.forksafe`), so the zygote imports modules and never calls into them:
 it only serves ``fork``, ``kill`` and reports its children's exits; it refuses to fork once a
 Lance thread is running in it. Children run one function on the file descriptors they were
 handed and exit; each dies with the zygote, and the zygote with the thread that started it

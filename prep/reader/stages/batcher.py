@@ -16,14 +16,13 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 from prep.errors import PrepError
 from prep.reader.batch import Batch
 from prep.reader.collate import collate_steps, source_counts
 from prep.reader.schedule import Schedule
-from prep.reader.source import RawChunk
-from prep.reader.stage import EPOCH_KEY, STEP_KEY, ReaderError
+from prep.reader.stages.source import RawChunk
+from prep.reader.stage import EPOCH_KEY, STEP_KEY, ReaderError, Stage
 from prep.reader.spec import CollateSpec
 
 __all__ = ["Batcher", "GROUP_BYTES"]
@@ -32,10 +31,10 @@ GROUP_BYTES = 1 << 20  # input bytes per collate group: enough to amortize the P
 
 
 class Batcher:
-    """Turns :class:`~prep.reader.source.RawChunk` items into :class:`~prep.reader.batch.Batch` items.
+    """Turns :class:`~prep.reader.stages.source.RawChunk` items into :class:`~prep.reader.batch.Batch` items.
 
     Args:
-        source: a stage yielding raw chunks (normally the I/O :class:`~prep.reader.prefetch.Prefetcher`).
+        source: a stage yielding raw chunks (normally the I/O :class:`~prep.reader.stages.prefetch.Prefetcher`).
         schedule: the steps being read (to name the position after a batch).
         spec: how rows become tensors.
         pin_memory: copy each batch into pinned host memory (for fast, asynchronous GPU copies).
@@ -43,12 +42,13 @@ class Batcher:
         ahead: batches built or being built ahead of the consumer, at least (default 4).
     """
 
-    def __init__(self, source: Any, *, schedule: Schedule, spec: CollateSpec, pin_memory: bool = False,
+    def __init__(self, source: Stage[RawChunk], *, schedule: Schedule, spec: CollateSpec, pin_memory: bool = False,
                  threads: int = 2, ahead: int = 4) -> None:
         if threads < 1 or ahead < 1:
             raise PrepError(f"batch building: {threads=} and {ahead=} must be >= 1")
         self._source, self._schedule, self._spec, self._pin = source, schedule, spec, pin_memory
-        self._threads, self._ahead, self._pool = threads, ahead, None
+        self._threads, self._ahead = threads, ahead
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.collate_s = 0.0
         self.pending_rows = 0
@@ -58,7 +58,7 @@ class Batcher:
         """Seeks the source to ``initial_state`` and drops the chunk and groups in hand."""
         self._drop()
         self._source.reset(initial_state)
-        self._state = self._source.get_state()
+        self._state: dict[str, int] = self._source.get_state()
 
     def next(self) -> Batch:
         """The next local batch. Raises StopIteration after the last."""
@@ -95,7 +95,7 @@ class Batcher:
     def _drop(self) -> None:
         for future, _ in getattr(self, "_inflight", ()):
             future.cancel()
-        self._inflight: deque[tuple[Future, int]] = deque()
+        self._inflight: deque[tuple[Future[list[Batch]], int]] = deque()
         self._ready: deque[Batch] = deque()
         self._chunk: RawChunk | None = None
         self._next, self._exhausted, self.pending_rows, self.ready_rows, self._steps_inflight = 0, False, 0, 0, 0
@@ -106,6 +106,7 @@ class Batcher:
         out), and for one at most, so a consumer with a batch ready never waits on I/O."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="reader-batch")
+        pool = self._pool
         while (len(self._inflight) < self._threads or self._steps_inflight + len(self._ready) < self._ahead) \
                 and not self._exhausted:
             if self._chunk is None or self._next == len(self._chunk.steps):
@@ -121,7 +122,7 @@ class Batcher:
             chunk, start = self._chunk, self._next
             per_step = max(1, chunk.nbytes // len(chunk.steps))
             self._next = min(len(chunk.steps), start + max(1, GROUP_BYTES // per_step))
-            self._inflight.append((self._pool.submit(self._build, chunk, start, self._next), self._next - start))
+            self._inflight.append((pool.submit(self._build, chunk, start, self._next), self._next - start))
             self._steps_inflight += self._next - start
 
     def _build(self, chunk: RawChunk, start: int, stop: int) -> list[Batch]:
@@ -129,7 +130,7 @@ class Batcher:
         out = []
         rows, tokens = source_counts(chunk.rows, start, stop, self._spec) if self._spec.sources else (None, None)
         for j, (tensors, ids, num_tokens) in enumerate(collate_steps(chunk.rows, start, stop, self._spec), start=start):
-            mix = {} if rows is None else {"source_rows": rows[j - start], "source_tokens": tokens[j - start]}
+            mix = {} if rows is None or tokens is None else {"source_rows": rows[j - start], "source_tokens": tokens[j - start]}
             batch = Batch.make(tensors, epoch=chunk.epoch, step=int(chunk.steps[j]), ids=ids, num_tokens=num_tokens, **mix)
             out.append(batch.pin_memory() if self._pin else batch)
         with self._lock:

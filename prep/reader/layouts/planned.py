@@ -21,8 +21,8 @@ from prep.contracts.foreign import serving_metadata
 from prep.io.lance_tables import open_table
 from prep.plan.hash import row_keys
 from prep.plan.spec import PlanSpec
-from prep.reader import forksafe
-from prep.reader.source import SplitTable
+from prep.reader.workers import forksafe
+from prep.reader.stages.source import SplitTable
 
 __all__ = ["Planned", "plan_spec"]
 
@@ -125,4 +125,5 @@ class PlannedSplit:
             raise PrepError(f"rows {start}..{stop - 1} are outside split {self._split} of {self._layout.uri}")
         order = planlib.split_rows_range(num_rows=self._layout.num_rows, split=self._split, epoch=self._epoch, start=start, stop=stop,
                                          **self._layout._plan_args())
-        return order[rows - start]
+        positions: np.ndarray = order[rows - start]
+        return positions

@@ -14,14 +14,16 @@ import queue
 import threading
 import traceback
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 from prep.errors import PrepError
 from prep.reader.stage import ReaderError, Stage
 
 __all__ = ["Prefetcher"]
 
-_RUNNING: "weakref.WeakSet[Prefetcher]" = weakref.WeakSet()
+T = TypeVar("T")
+
+_RUNNING: "weakref.WeakSet[Prefetcher[Any]]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -41,7 +43,7 @@ class _Failed:
         self.exc, self.where, self.trace = exc, where, traceback.format_exc()
 
 
-class Prefetcher:
+class Prefetcher(Generic[T]):
     """Runs ``source.next()`` on a daemon thread, keeping up to ``depth`` items queued.
 
     Args:
@@ -51,7 +53,7 @@ class Prefetcher:
         size: an item's size in rows, for queue-depth figures.
     """
 
-    def __init__(self, source: Stage, *, depth: int, name: str, size: Callable[[Any], int] = lambda item: 0) -> None:
+    def __init__(self, source: Stage[T], *, depth: int, name: str, size: Callable[[T], int] = lambda item: 0) -> None:
         if depth < 1:
             raise PrepError(f"{name}: {depth=} must be >= 1")
         self._source, self._depth, self._name, self._size = source, depth, name, size
@@ -65,7 +67,7 @@ class Prefetcher:
         self.shutdown()
         self._source.reset(initial_state)
         self._state = self._source.get_state()
-        self._queue: queue.Queue = queue.Queue(self._depth)
+        self._queue: queue.Queue[Any] = queue.Queue(self._depth)  # items with their state, _Done or _Failed
         self._stop = threading.Event()
         self._finished = False
         self.queued_rows = 0
@@ -77,7 +79,7 @@ class Prefetcher:
             self._thread.start()
             _RUNNING.add(self)
 
-    def next(self) -> Any:
+    def next(self) -> T:
         """The next item. Raises StopIteration at the end, ReaderError if the thread failed."""
         if self._finished:
             raise StopIteration
@@ -94,6 +96,7 @@ class Prefetcher:
         if got is _Done:
             self._finished = True
             raise StopIteration
+        item: T
         item, self._state, rows = got
         with self._lock:
             self.queued_rows -= rows

@@ -1,6 +1,6 @@
 """One iteration's chain of stages, and the counters the status line is made of.
 
-    [FetchStage: remote -> local cache, background threads]
+    [CacheFiller: remote -> local cache, background threads]
     ChunkSource --(I/O thread, raw queue)--> Batcher (batch-building threads) --> [Transformer] --> consumer
 """
 
@@ -14,17 +14,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from prep.errors import PrepError
 from prep.reader.batch import Batch
+from prep.reader.layouts.materialized import Materialized
 from prep.reader.options import ReaderOptions
-from prep.reader.batcher import Batcher
-from prep.reader.cached import CachedLayout, FetchStage, cache_counters
-from prep.reader.prefetch import Prefetcher
+from prep.reader.stages.batcher import Batcher
+from prep.reader.stages.cached import CachedLayout, CacheFiller, cache_counters
+from prep.reader.stages.prefetch import Prefetcher
 from prep.reader.schedule import Schedule
-from prep.reader.source import ChunkSource
-from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout
+from prep.reader.stages.source import ChunkSource
+from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout, SplitOpener, Stage
 from prep.reader.spec import CollateSpec
 from prep.reader.stats import StatsSnapshot
-from prep.reader.transform import Transformer
+from prep.reader.stages.transform import Transformer
 from prep.plan.order import Share
 
 __all__ = ["Pipeline"]
@@ -67,11 +69,14 @@ class Pipeline:
 
     def __init__(self, *, layout: Layout, schedule: Schedule, share: Share, spec: CollateSpec, options: ReaderOptions,
                  start: tuple[int, int], worker: int = 0, num_workers: int = 1, max_steps: int = 64,
-                 fetch: FetchStage | None = None) -> None:
+                 fetch: CacheFiller | None = None) -> None:
         self.fetch = fetch
+        opener: SplitOpener = layout
         if fetch is not None:
-            layout = CachedLayout(layout, fetch)
-        self.source = ChunkSource(layout=layout, schedule=schedule, share=share, columns=spec.columns,
+            if not isinstance(layout, Materialized):  # the dataset refuses cache_dir for a plan over a table first
+                raise PrepError(f"the reader cache holds a materialized output's splits, and {layout.uri} is not one")
+            opener = CachedLayout(layout, fetch)
+        self.source = ChunkSource(layout=opener, schedule=schedule, share=share, columns=spec.columns,
                                   worker=worker, num_workers=num_workers, max_steps=max_steps)
         self.io = Prefetcher(self.source, depth=options.raw_chunks, name="reader I/O", size=lambda c: c.num_rows)
         self.batcher = Batcher(self.io, schedule=schedule, spec=spec, threads=options.batch_threads,
@@ -79,7 +84,7 @@ class Pipeline:
                                ahead=options.prefetch_batches)
         self.transformer = None if options.transform is None else \
             Transformer(self.batcher, options.transform, num_threads=options.transform_threads)
-        self.last: Any = self.transformer or self.batcher
+        self.last: Stage[Batch] = self.transformer or self.batcher
         self._schedule, self._local_rows, self._worker, self._num_workers = \
             schedule, share.local_batch_size, worker, num_workers
         self._source_rows, self._source_tokens = np.zeros(spec.sources, np.int64), np.zeros(spec.sources, np.int64)
@@ -99,7 +104,7 @@ class Pipeline:
         self._source_rows[:] = 0
         self._source_tokens[:] = 0
 
-    def get_state(self) -> dict[str, int]:
+    def get_state(self) -> dict[str, Any]:
         return self.last.get_state()
 
     def next(self) -> Batch:
@@ -113,7 +118,7 @@ class Pipeline:
         self._rows += batch.num_rows
         self._tokens += batch.num_tokens
         self._batches += 1
-        if batch.source_rows is not None:
+        if batch.source_rows is not None and batch.source_tokens is not None:
             self._source_rows += batch.source_rows
             self._source_tokens += batch.source_tokens
         return batch

@@ -4,9 +4,9 @@
 
 * a split whose verified copy is in the cache (:class:`prep.cache.store.SplitCache`) is read from
   local disk, under a lease that keeps every process from evicting it;
-* any other split is read from the remote at first, while the :class:`FetchStage` (background
-  threads, large whole-object GETs) copies it; the next read after the copy is verified
-  switches to local disk, so training starts at once and the epoch becomes local as it goes;
+* any other split is read from the remote at first, while the fetch stage, :class:`CacheFiller`
+  (background threads, large whole-object GETs; it runs beside the item stages, not as one),
+  copies it; the next read after the copy is verified switches to local disk, so training starts at once and the epoch becomes local as it goes;
 * the stage fetches in reading order, this epoch's splits first, then the next epochs'
   (look-ahead), as far as ``cache_max_bytes`` allows: to make room it evicts copies of
   consumed epochs and copies nobody reads now (least recently used first), then copies
@@ -19,23 +19,25 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 
 from prep.cache.locks import ReadLease
-from prep.cache.store import Key, SplitCache
+from prep.cache.store import Key, Priority, SplitCache
 from prep.errors import PrepError, one_line
-from prep.reader import forksafe
-from prep.reader.source import SplitTable
+from prep.reader.layouts.materialized import Materialized
+from prep.reader.workers import forksafe
+from prep.reader.stages.source import SplitTable
 
-__all__ = ["FetchStage", "CachedLayout", "CachedSplit", "cache_counters"]
+__all__ = ["CacheFiller", "CachedLayout", "CachedSplit", "cache_counters"]
 
 log = logging.getLogger(__name__)
 
 
-class FetchStage:
+class CacheFiller:
     """Background threads copying the rank's splits into the cache, in the order they will be read.
 
     Args:
@@ -91,10 +93,10 @@ class FetchStage:
     def _first_of_current(self) -> int:
         return next((i for i, (e, _) in enumerate(self._order) if self._epoch_pos[e] >= self._current), len(self._order))
 
-    def _priority(self, fetching: Key) -> Callable[[Key, float], tuple | None]:
+    def _priority(self, fetching: Key) -> Priority:
         at = self._index[fetching]
 
-        def rank(key: Key, used: float) -> tuple | None:
+        def rank(key: Key, used: float) -> tuple[float, float] | None:
             idx = self._index.get(key)
             if idx is None or self._epoch_pos[key[0]] < self._current:
                 return (0, used)  # not read in this run, or its epoch is consumed: least recently used first
@@ -133,9 +135,12 @@ class FetchStage:
 class CachedSplit:
     """One split of one epoch: local when its copy is in the cache, remote until the fetch stage copies it."""
 
-    read_splits = staticmethod(SplitTable.read_splits)
+    @staticmethod
+    def read_splits(splits: list[CachedSplit], rows: list[np.ndarray], pool: ThreadPoolExecutor) -> tuple[pa.Table, None]:
+        """As :meth:`SplitTable.read_splits` (each split reads from wherever it is now)."""
+        return SplitTable.read_splits(splits, rows, pool)
 
-    def __init__(self, key: Key, stage: FetchStage, expected_rows: int, columns: list[str],
+    def __init__(self, key: Key, stage: CacheFiller, expected_rows: int, columns: list[str],
                  open_remote: Callable[[], SplitTable]) -> None:
         self._key, self._stage, self._rows, self._columns = key, stage, expected_rows, columns
         self._open_remote = open_remote
@@ -161,9 +166,9 @@ class CachedSplit:
 
 
 class CachedLayout:
-    """A materialized output read through the cache (the reader's :class:`~prep.reader.source.Layout`)."""
+    """A materialized output read through the cache (the reader's :class:`~prep.reader.stages.source.Layout`)."""
 
-    def __init__(self, layout: Any, stage: FetchStage) -> None:
+    def __init__(self, layout: Materialized, stage: CacheFiller) -> None:
         self._layout, self.stage = layout, stage
 
     def open_split(self, epoch: int, split: int, columns: list[str]) -> CachedSplit:
@@ -172,7 +177,7 @@ class CachedLayout:
                            lambda: self._layout.open_split(epoch, split, columns))
 
 
-def cache_counters(stage: FetchStage) -> dict[str, Any]:
+def cache_counters(stage: CacheFiller) -> dict[str, Any]:
     """The cache's counters as :class:`~prep.reader.stats.StatsSnapshot` fields."""
     c, f = stage.cache, stage.cache.fetcher.counters()
     return {"cache_hits": c.hits, "cache_misses": c.misses, "cache_evictions": c.evictions, "cache_damaged": c.damaged,

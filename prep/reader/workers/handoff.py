@@ -5,7 +5,7 @@ prep.reader: 4-5 s on a 2-core machine, all of it before a loader that waits for
 hands the trainer its first batch. The same reader in process delivers it in ~0.1 s. So
 :class:`~prep.reader.Loader` reads the first steps itself while its workers start:
 
-1. the workers start in the background (:class:`Starting`); each sends :class:`~prep.reader.shipping.Up`
+1. the workers start in the background (:class:`Starting`); each sends :class:`~prep.reader.workers.shipping.Up`
    and waits;
 2. once all are up, the main process names the handoff step ``H``, :data:`LEAD_S` of the
    trainer's steps ahead, and worker ``k`` builds ``H + k, H + k + K, ...``;
@@ -25,11 +25,15 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from prep.reader.batch import Batch
-from prep.reader.shipping import ReceivedAhead, Receiver, Shipment, Up, in_step_order
+from prep.reader.workers.shipping import ReceivedAhead, Receiver, Shipment, Up, in_step_order
 from prep.reader.stage import ReaderError
+from prep.reader.stats import StatsSnapshot
+
+if TYPE_CHECKING:  # the dataset is handed in; importing it here would load it with the workers' plumbing
+    from prep.reader.dataset import ReaderDataset
 
 __all__ = ["Handoff", "Starting", "handed_off", "LEAD_S"]
 
@@ -63,7 +67,7 @@ class Handoff:
 
 
 class Starting:
-    """The workers, started in a thread until each has sent :class:`~prep.reader.shipping.Up`.
+    """The workers, started in a thread until each has sent :class:`~prep.reader.workers.shipping.Up`.
 
     Starting them waits for the forkserver's imports, and a worker that fails to start (it dies,
     or its dataset raises) fails the first ``next()`` of the DataLoader: both happen here, off
@@ -115,8 +119,8 @@ class Starting:
             self._abandoned, self._iterator = True, None
 
 
-def handed_off(dataset: Any, starting: Starting, handoff: Handoff, receiver: Receiver,
-               on_handoff: Any) -> Iterator[Batch]:
+def handed_off(dataset: ReaderDataset, starting: Starting, handoff: Handoff, receiver: Receiver,
+               on_handoff: Callable[[int, StatsSnapshot], None]) -> Iterator[Batch]:
     """The batches from ``dataset``'s position: this process's own until the workers have the next step in hand,
     then theirs.
 

@@ -13,17 +13,17 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from prep.io import storage
 from prep.errors import PrepError
-from prep.reader import buffers, forksafe
+from prep.reader.workers import buffers, forksafe
 from prep.reader.collate import Chunk, ranges
 from prep.reader.schedule import Schedule
-from prep.reader.stage import EPOCH_KEY, STEP_KEY, Layout
+from prep.reader.stage import EPOCH_KEY, STEP_KEY, SplitOpener
 from prep.plan.order import Share
 
 __all__ = ["Ragged", "RawChunk", "SplitTable", "ChunkSource", "columns_to_numpy"]
@@ -45,7 +45,7 @@ def columns_to_numpy(table: pa.Table) -> dict[str, Any]:
     ``list<T>`` becomes :class:`Ragged`, ``fixed_size_list<T>[n]`` a 2-D ``(rows, n)`` array,
     anything else a 1-D array. Boolean values (bit-packed in Arrow) are copied, and so are
     columns of several chunks (one per split read): concatenated into recycled memory
-    (:mod:`prep.reader.buffers`), which, unlike fresh pages, costs no page faults.
+    (:mod:`prep.reader.workers.buffers`), which, unlike fresh pages, costs no page faults.
     """
     out: dict[str, Any] = {}
     for name, col in zip(table.column_names, table.columns):
@@ -79,6 +79,12 @@ def _into(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays, out=out)
 
 
+class RowReader(Protocol):
+    """One split, opened: rows at positions (a :class:`SplitTable`, or the cache's split that reads through one)."""
+
+    def read(self, rows: np.ndarray) -> pa.Table: ...
+
+
 class SplitTable:
     """One split's rows in read order, with reads that name the file when they fail.
 
@@ -109,7 +115,7 @@ class SplitTable:
         return cls(uri, ds, columns)
 
     @staticmethod
-    def read_splits(tables: list["SplitTable"], rows: list[np.ndarray], pool: ThreadPoolExecutor) -> tuple[pa.Table, None]:
+    def read_splits(tables: Sequence[RowReader], rows: list[np.ndarray], pool: ThreadPoolExecutor) -> tuple[pa.Table, None]:
         """``rows[i]`` of ``tables[i]``, split after split (one read per split, on ``pool``'s threads)."""
         parts = list(pool.map(lambda table, split_rows: table.read(split_rows), tables, rows))
         return (parts[0] if len(parts) == 1 else pa.concat_tables(parts)), None
@@ -148,7 +154,7 @@ class ChunkSource:
     State is ``{epoch, step}``: the position after the last chunk returned.
 
     Args:
-        layout: the materialized output (or on-the-fly plan) to read.
+        layout: the materialized output (or on-the-fly plan) to read, or the cache in front of it.
         schedule: the steps being read.
         share: the rank's rows of each step.
         columns: the columns to read.
@@ -157,7 +163,7 @@ class ChunkSource:
         max_steps: steps in one read once reads have ramped up.
     """
 
-    def __init__(self, *, layout: Layout, schedule: Schedule, share: Share, columns: list[str],
+    def __init__(self, *, layout: SplitOpener, schedule: Schedule, share: Share, columns: list[str],
                  worker: int = 0, num_workers: int = 1, max_steps: int = 64) -> None:
         self._layout, self._schedule, self._share, self._columns = layout, schedule, share, columns
         self._worker, self._num_workers, self._max_steps = worker, num_workers, max_steps
@@ -182,7 +188,7 @@ class ChunkSource:
         rows = [ranges(starts[:, s], counts[:, s]) for s in splits]
         if self._pool is None:  # opens and reads of many splits overlap (Lance releases the GIL)
             self._pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="reader-read")
-        tables = self._open(epoch, [int(s) for s in splits])
+        tables = self._open(epoch, [int(s) for s in splits], self._pool)
         table, order = type(tables[0]).read_splits(tables, rows, self._pool)
         merged = Chunk.of(columns_to_numpy(table), counts[:, splits], order)
         num_rows = int(counts.sum())
@@ -202,13 +208,13 @@ class ChunkSource:
             self._pool = None
         self._tables.clear()
 
-    def _open(self, epoch: int, splits: list[int]) -> list[Any]:
+    def _open(self, epoch: int, splits: list[int], pool: ThreadPoolExecutor) -> list[Any]:
         """``splits`` of ``epoch``, each opened once (on the pool: the first batch waits on all of them)."""
         if self._tables_epoch != epoch:
             self._tables.clear()
             self._tables_epoch = epoch
         missing = [s for s in splits if s not in self._tables]
-        opened = self._pool.map(lambda split: self._layout.open_split(epoch, split, self._columns), missing)
+        opened = pool.map(lambda split: self._layout.open_split(epoch, split, self._columns), missing)
         self._tables.update(zip(missing, opened))
         return [self._tables[s] for s in splits]
 

@@ -20,7 +20,7 @@ from prep.contracts.table import TableMetadata
 from prep.errors import PrepError
 from prep.contracts.manifest import Manifest
 from prep.io.materialized import read_manifest
-from prep.reader.source import SplitTable
+from prep.reader.stages.source import SplitTable
 
 __all__ = ["Materialized"]
 

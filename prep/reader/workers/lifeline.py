@@ -8,14 +8,14 @@ a consumer that is gone (and the tracker, which unlinks the run's named semaphor
 once every holder of its pipe is gone, never gets to).
 
 So each worker watches the process that started it (:func:`watch`), from the moment it is forked
-(:mod:`prep.reader.preload`: the trainer can die before torch's worker loop starts, and a worker
+(:mod:`prep.reader.workers.preload`: the trainer can die before torch's worker loop starts, and a worker
 forked then waits for indices forever): a thread waits on a pidfd
 of that process (Linux >= 5.3; elsewhere it polls the pid every :data:`POLL_S` seconds). When
 it is gone, the thread interrupts the worker's main thread, so the reader's ``finally`` blocks
 stop its threads and close its splits, and ends the process itself if it still runs
 :data:`GRACE_S` seconds later. Whatever else a worker holds dies with it: cache leases are
 ``flock`` s, its shared buffers are already-unlinked file descriptors, a Lance helper process
-(:mod:`prep.reader.forksafe`) exits when its pipe closes. With the workers gone, the forkserver
+(:mod:`prep.reader.workers.forksafe`) exits when its pipe closes. With the workers gone, the forkserver
 and the resource tracker see their pipes close and exit, and the tracker unlinks the
 semaphores the trainer could not.
 
@@ -47,7 +47,7 @@ def watch(*, forked: bool = False) -> None:
     """In a worker process: end this process soon after the process that started it dies.
 
     Idempotent; does nothing outside a ``multiprocessing`` child (the trainer itself). ``forked``:
-    called in a fork hook (:mod:`prep.reader.preload`), before multiprocessing has read which process
+    called in a fork hook (:mod:`prep.reader.workers.preload`), before multiprocessing has read which process
     started this one; the thread waits until it has.
     """
     global _watching

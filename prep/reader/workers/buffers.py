@@ -73,4 +73,5 @@ def empty(shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
     raw = pool.take(max(count * dtype.itemsize, 1))
     block = raw.view(_Block)
     weakref.finalize(block, pool.release, raw)
-    return block[: count * dtype.itemsize].view(np.ndarray).view(dtype).reshape(shape)
+    out: np.ndarray = block[: count * dtype.itemsize].view(np.ndarray).view(dtype).reshape(shape)
+    return out

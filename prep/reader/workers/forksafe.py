@@ -28,7 +28,8 @@ __all__ = ["dataset", "forget", "keep", "inherited_lance"]
 
 _lock = threading.RLock()
 _pid = os.getpid()
-_handles: dict[tuple, Any] = {}
+_Key = tuple[str, int | None, tuple[tuple[str, str], ...]]  # (uri, version, storage options)
+_handles: dict[_Key, Any] = {}
 _kept: list[Any] = []  # inherited objects, deliberately never freed in this process
 _parent_ran_lance = False  # set just before a fork, read by the child
 _inherited = False
@@ -84,7 +85,7 @@ def forget(uri: str) -> None:
                 del _handles[key]
 
 
-def _open(uri: str, version: int | None, options: tuple) -> Any:
+def _open(uri: str, version: int | None, options: tuple[tuple[str, str], ...]) -> Any:
     import lance
 
     return lance.dataset(uri, version=version, storage_options=dict(options) or None)
@@ -93,12 +94,12 @@ def _open(uri: str, version: int | None, options: tuple) -> Any:
 class _Remote:
     """A dataset whose calls run in the helper process (see the module docstring)."""
 
-    def __init__(self, key: tuple) -> None:
+    def __init__(self, key: _Key) -> None:
         self._key = key
         self.schema = _call(key, "schema")
 
     def count_rows(self) -> int:
-        return _call(self._key, "count_rows")
+        return int(_call(self._key, "count_rows"))
 
     def to_table(self, **kwargs: Any) -> Any:
         return _call(self._key, "to_table", **kwargs)
@@ -138,18 +139,20 @@ class _Helper:
         self.lock = threading.Lock()
 
 
-def _call(key: tuple, method: str, *args: Any, **kwargs: Any) -> Any:
+def _call(key: _Key, method: str, *args: Any, **kwargs: Any) -> Any:
     global _helper
     with _lock:
         if _helper is None or _helper.pid != os.getpid():
             keep(_helper)
             _helper = _Helper()
         helper = _helper
+    stdin, stdout = helper.proc.stdin, helper.proc.stdout
+    assert stdin is not None and stdout is not None  # the helper is started with both piped
     with helper.lock:
-        pickle.dump((key, method, args, kwargs), helper.proc.stdin, protocol=5)
-        helper.proc.stdin.flush()
+        pickle.dump((key, method, args, kwargs), stdin, protocol=5)
+        stdin.flush()
         try:
-            ok, value = pickle.load(helper.proc.stdout)
+            ok, value = pickle.load(stdout)
         except EOFError:
             raise RuntimeError(f"the Lance helper process exited with code {helper.proc.wait()}") from None
     if not ok:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from prep.errors import PrepError
 from prep.reader.batch import Batch
-from prep.reader.stage import ReaderError
+from prep.reader.stage import ReaderError, Stage
 
 __all__ = ["Transformer"]
 
@@ -35,7 +35,7 @@ class Transformer:
         max_inflight: batches submitted ahead of the consumer (default ``2 * num_threads``).
     """
 
-    def __init__(self, source: Any, fn: Callable[[Batch], dict], *, num_threads: int = 2, max_inflight: int | None = None) -> None:
+    def __init__(self, source: Stage[Batch], fn: Callable[[Batch], dict[str, Any]], *, num_threads: int = 2, max_inflight: int | None = None) -> None:
         if num_threads < 1:
             raise PrepError(f"transform: {num_threads=} must be >= 1")
         self._source, self._fn, self._num_threads = source, fn, num_threads
@@ -86,7 +86,7 @@ class Transformer:
     def _drop_inflight(self) -> None:
         for future, _, _ in getattr(self, "_inflight", ()):
             future.cancel()
-        self._inflight: collections.deque[tuple[Future, dict[str, Any], int]] = collections.deque()
+        self._inflight: collections.deque[tuple[Future[Batch], dict[str, Any], int]] = collections.deque()
 
     def _apply(self, batch: Batch) -> Batch:
         started = time.perf_counter()

@@ -19,16 +19,22 @@ memory a worker can rewrite.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from prep.reader import lifeline
+from prep.reader.workers import lifeline
 from prep.reader.batch import ORIGIN_FIELDS, Batch
-from prep.reader.prefetch import Prefetcher
+from prep.reader.stages.prefetch import Prefetcher
+from prep.errors import PrepError
+from prep.reader.schedule import Schedule
 from prep.reader.stage import ReaderError
+
+if TYPE_CHECKING:  # both import this module
+    from prep.reader.dataset import ReaderDataset
+    from prep.reader.workers.handoff import Handoff
 
 __all__ = ["Receiver", "Shipment", "Up", "WorkerShipments", "in_step_order", "ReceivedAhead", "SHIPMENT_BYTES", "SLOTS"]
 
@@ -86,12 +92,12 @@ def _layouts(batches: list[Batch]) -> tuple[list[dict[str, tuple[int, int, torch
 
 @dataclass(frozen=True)
 class Up:
-    """A worker's first item when it is to take over from the main process (:mod:`prep.reader.handoff`)."""
+    """A worker's first item when it is to take over from the main process (:mod:`prep.reader.workers.handoff`)."""
 
     worker: int
 
 
-class WorkerShipments(IterableDataset):
+class WorkerShipments(IterableDataset["Shipment | Up"]):
     """What :class:`~prep.reader.Loader` gives its DataLoader workers: the reader, shipped in :class:`Shipment` s.
 
     Worker ``k`` of ``K`` builds steps ``k, k+K, ...``; its shipments grow from one step (a fast
@@ -103,16 +109,19 @@ class WorkerShipments(IterableDataset):
         dataset: the reader.
         receiver: the main process's :class:`Receiver` (its semaphores travel to the workers).
         handoff: when given, the workers start where the main process hands off to them
-            (:mod:`prep.reader.handoff`), not at the dataset's position.
+            (:mod:`prep.reader.workers.handoff`), not at the dataset's position.
     """
 
-    def __init__(self, dataset: Any, receiver: "Receiver", handoff: Any = None) -> None:
+    def __init__(self, dataset: ReaderDataset, receiver: "Receiver", handoff: Handoff | None = None) -> None:
         super().__init__()
         self.dataset, self.slots, self.free, self.closed = dataset, receiver.slots, receiver.free, receiver.closed
         self.handoff = handoff
 
-    def __iter__(self) -> Iterator[Shipment]:
-        worker = get_worker_info().id
+    def __iter__(self) -> Iterator[Shipment | Up]:
+        info = get_worker_info()
+        if info is None:
+            raise PrepError("WorkerShipments is iterated by DataLoader workers (Loader(num_workers>0)), not in the main process")
+        worker = info.id
         if self.handoff is not None:
             lifeline.watch()  # a worker waiting for the handoff still ends with its trainer
             yield Up(worker)
@@ -141,19 +150,19 @@ class WorkerShipments(IterableDataset):
             if self.closed.is_set():  # the receiver is gone and reads nothing more
                 break
         layouts, size = _layouts(batches)
-        old = buffers[slot]
-        fresh = old is None or old.numel() < size
-        if fresh:
+        buffer = buffers[slot]
+        fresh = buffer is None or buffer.numel() < size
+        if buffer is None or fresh:
             # pages never written cost nothing: room for a ramped-up shipment from the start, so the ramp reuses it
-            buffers[slot] = torch.empty(max(size, SHIPMENT_BYTES * 2), dtype=torch.uint8).share_memory_()
-        raw = buffers[slot].numpy()
+            buffer = buffers[slot] = torch.empty(max(size, SHIPMENT_BYTES * 2), dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        raw = buffer.numpy()
         for batch, layout in zip(batches, layouts):
             for key, (offset, _, _, _) in layout.items():
                 data = batch.ids if key == _IDS else batch[key].numpy()
                 flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
                 raw[offset:offset + len(flat)] = flat
         origins = tuple({k: getattr(b, k) for k in ORIGIN_FIELDS if k != "ids"} for b in batches)
-        return Shipment(worker, slot, buffers[slot] if fresh else None, tuple(layouts), origins)
+        return Shipment(worker, slot, buffer if fresh else None, tuple(layouts), origins)
 
 
 class Receiver:
@@ -190,7 +199,7 @@ class Receiver:
 
 
 class _Iterated:
-    """An iterator as a :class:`~prep.reader.stage.Stage`, for :class:`~prep.reader.prefetch.Prefetcher` to run."""
+    """An iterator as a :class:`~prep.reader.stage.Stage`, for :class:`~prep.reader.stages.prefetch.Prefetcher` to run."""
 
     def __init__(self, items: Iterator[Any]) -> None:
         self._items = items
@@ -222,7 +231,7 @@ class ReceivedAhead:
         depth: batches taken ahead at most.
     """
 
-    def __init__(self, batches: Generator[Batch, None, None], receiver: Receiver, schedule: Any, depth: int) -> None:
+    def __init__(self, batches: Generator[Batch, None, None], receiver: Receiver, schedule: Schedule, depth: int) -> None:
         self._batches, self._receiver, self._schedule = batches, receiver, schedule
         self._ahead = Prefetcher(_Iterated(batches), depth=depth, name="reader receive",
                                  size=lambda batch: batch.num_rows)
@@ -265,8 +274,8 @@ class ReceivedAhead:
         self._batches.close()
 
 
-def in_step_order(shipments: Iterator[Shipment], receiver: Receiver, schedule: Any,
-                  start: tuple[int, int]) -> Iterator[Batch]:
+def in_step_order(shipments: Iterator[Shipment], receiver: Receiver, schedule: Schedule,
+                  start: tuple[int, int]) -> Generator[Batch, None, None]:
     """The shipped batches one by one in step order from ``start`` (holding those that arrived early)."""
     early: dict[int, Batch] = {}
     expected = schedule.index(*start)

@@ -1,7 +1,7 @@
 """Which layout a reader path is: one class per mode, chosen here and nowhere else.
 
-* a materialized output (``prep materialize-shuffle``): :class:`~prep.reader.materialized.Materialized`;
-* a prepared table: :class:`~prep.reader.planned.Planned`, read through ``plan=`` or, without one,
+* a materialized output (``prep materialize-shuffle``): :class:`~prep.reader.layouts.materialized.Materialized`;
+* a prepared table: :class:`~prep.reader.layouts.planned.Planned`, read through ``plan=`` or, without one,
   the default plan (:class:`~prep.plan.spec.PlanSpec`'s defaults: 48 splits, random, seed 0).
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from prep.contracts.manifest import MANIFEST
 from prep.io import storage
 from prep.plan.spec import PlanSpec
-from prep.reader.materialized import Materialized
+from prep.reader.layouts.materialized import Materialized
 from prep.reader.stage import Layout
 
 __all__ = ["open_layout"]
@@ -36,7 +36,7 @@ def open_layout(path: str, *, global_batch_size: int, plan: PlanSpec | Mapping[s
     if plan is None and _is_prepared_table(path, s3):
         plan = PlanSpec()
     if plan is not None:
-        from prep.reader.planned import Planned
+        from prep.reader.layouts.planned import Planned
 
         planned = Planned(path, plan, 1 if epochs is None else epochs, s3=s3)
         return planned, planned.epochs
