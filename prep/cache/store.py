@@ -30,7 +30,7 @@ from prep.io import storage
 from prep.io.checksum import dataset_checksum
 from prep.io.jsonfile import read_json_file
 from prep.io.transfer import Fetcher, remove_tree
-from prep.materialize.repair import rerun_command
+from prep.materialize.verify.repair import rerun_command
 
 __all__ = ["SplitCache", "Key", "Priority", "JOB"]
 

@@ -1,7 +1,7 @@
 """The one run path of materialize, for a single table and a mixture alike.
 
 :func:`materialize` takes what to materialize (a :class:`Run`: :class:`prep.materialize.table.TableRun`
-or :class:`prep.materialize.mixture.MixtureRun`) and the run's options
+or :class:`prep.materialize.mixture.run.MixtureRun`) and the run's options
 (:class:`prep.materialize.options.RunOptions`) and goes through the same steps:
 
 1. resolve: look at the output (read only), open and pin the sources, fix the plan and its fingerprint;
@@ -41,7 +41,7 @@ from prep.materialize.rerun import sound_done_records
 from prep.materialize.versions import Lineage, check_kept, lineage
 from prep.plan.spec import PlanSpec
 from prep.runtime.progress import Bar
-from prep.runtime.ray_cluster import use_ray
+from prep.runtime.executor import resolve
 
 __all__ = ["Run", "ResolvedRun", "materialize", "existing_output", "claim", "executor_for"]
 
@@ -49,7 +49,7 @@ log = logging.getLogger("prep.materialize")  # the package's name, as printed in
 
 
 class ResolvedRun(Protocol):
-    """What the run path needs of a run's job (:class:`prep.materialize.resolved.ResolvedTable`, :class:`prep.materialize.mixture.ResolvedMixture`)."""
+    """What the run path needs of a run's job (:class:`prep.materialize.resolved.ResolvedTable`, :class:`prep.materialize.mixture.run.ResolvedMixture`)."""
 
     output: str
     fingerprint: str
@@ -107,7 +107,7 @@ def _materialize(what: Run, options: RunOptions, output: str, s3: storage.S3Opti
     mine = [e for e in epochs if e not in line.kept]
     done = sound_done_records(job, mine)
     todo = [(e, s) for e in mine for s in range(job.plan.num_splits) if (e, s) not in done]
-    on_ray = options.executor == "ray" or (options.executor == "auto" and use_ray(options.ray_address))
+    on_ray = resolve(options.executor, options.ray_address) == "ray"
     log.info("%s %s: %d of %d splits to write (%s)", what.name, job.fingerprint, len(todo),
              len(epochs) * job.plan.num_splits, "Ray" if on_ray else "local")
     if todo:
@@ -128,10 +128,10 @@ def _materialize(what: Run, options: RunOptions, output: str, s3: storage.S3Opti
 def executor_for(options: RunOptions, on_ray: bool) -> TaskExecutor:
     """The executor of a run: Ray tasks or threads of this process; both take the same calls."""
     if on_ray:
-        from prep.materialize.on_ray import RayExecutor  # imports Ray: only when it is used
+        from prep.materialize.executors.on_ray import RayExecutor  # imports Ray: only when it is used
 
         return RayExecutor(options.ray_address, options.num_cpus, options.ray_resources, options.budget)
-    from prep.materialize.local import LocalExecutor
+    from prep.materialize.executors.local import LocalExecutor
 
     return LocalExecutor(options.num_cpus, options.budget)
 

@@ -23,7 +23,7 @@ class Report:
     rows: int = 0
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    repair: str = ""  # the command that rewrites the damaged splits (:mod:`prep.materialize.repair`)
+    repair: str = ""  # the command that rewrites the damaged splits (:mod:`prep.materialize.verify.repair`)
 
     @property
     def ok(self) -> bool:
