@@ -47,8 +47,8 @@ tail's (the ``length`` of the rows past each split's last full step) == the tabl
 
 What bounds peak RSS (2 CPUs, default options):
 
-- prepare (pretokenize, decode-images), local executor (``_run_local`` in
-  ``prep/prepare/chunk_runner.py``): the driver plus one sandbox process per CPU (fewer while
+- prepare (pretokenize, decode-images), local executor (``run_chunks`` in
+  ``prep/prepare/chunk_runner.py`` on a ``LocalRunner``, ``prep/runtime/executor.py``): the driver plus one sandbox process per CPU (fewer while
   there are fewer chunks), each on one chunk at a time: ``chunk_bytes`` = 2 MiB of text
   (``prep/runtime/config.py``), at most ``images_per_chunk`` = 256 images or 64 MiB
   (``prep/prepare/images/config.py``). The driver keeps a small result per chunk (kilobytes).

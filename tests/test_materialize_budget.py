@@ -15,7 +15,8 @@ import tables
 from prep.cli import main as cli_main
 from prep.contracts.manifest import Manifest
 from prep.errors import PrepError
-from prep.materialize import materialize_shuffle, spill
+from prep.materialize import materialize_shuffle
+from prep.materialize.rows import spill
 from prep.materialize.budget import Budget, parse_size
 from prep.materialize.verify import verify
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from contextlib import closing
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Protocol, Sequence, TypeVar, get_args
+from typing import Any, Callable, Generator, Iterable, Literal, Mapping, Protocol, Sequence, TypeVar, get_args
 
 from prep.errors import PrepError, one_line
 from prep.runtime.ray_cluster import use_ray
@@ -48,8 +48,10 @@ def resolve(executor: str, address: str | None = None) -> Resolved:
     Raises:
         PrepError: ``executor`` is not one of :data:`EXECUTORS`.
     """
-    if executor == "ray" or executor == "local":
-        return executor
+    if executor == "ray":
+        return "ray"
+    if executor == "local":
+        return "local"
     if executor != "auto":
         raise PrepError(f"executor={executor!r} is not one of {list(EXECUTORS)}")
     return "ray" if use_ray(address) else "local"
@@ -61,11 +63,11 @@ class Runner(Protocol):
     def put(self, value: Any) -> Any:
         """``value`` as every call receives it: shared once, not copied per call (None stays None)."""
 
-    def as_done(self, fn: Callable[..., R], items: Iterable[tuple[K, tuple]]) -> Iterator[tuple[K, R]]:
+    def as_done(self, fn: Callable[..., R], items: Iterable[tuple[K, tuple[Any, ...]]]) -> Generator[tuple[K, R], None, None]:
         """``(key, fn(*args))`` for each ``(key, args)`` of ``items``, as each finishes (see the module docstring)."""
 
 
-def in_order(runner: Runner, fn: Callable[..., R], calls: Sequence[tuple],
+def in_order(runner: Runner, fn: Callable[..., R], calls: Sequence[tuple[Any, ...]],
              on_result: Callable[[R], None] = lambda result: None) -> list[R]:
     """``fn(*args)`` for each ``args`` of ``calls`` on ``runner``, the results in the calls' order (``on_result``
     sees each as it arrives); the first error stops the rest (:meth:`Runner.as_done`)."""
@@ -112,7 +114,7 @@ class LocalRunner:
         """``value`` itself: the threads share this process's memory."""
         return value
 
-    def as_done(self, fn: Callable[..., R], items: Iterable[tuple[K, tuple]]) -> Iterator[tuple[K, R]]:
+    def as_done(self, fn: Callable[..., R], items: Iterable[tuple[K, tuple[Any, ...]]]) -> Generator[tuple[K, R], None, None]:
         """``(key, fn(*args))`` as each finishes; leaving early (an error, the caller's included) drops the
         calls not started and waits for the running ones, so that nothing writes behind the caller's cleanup."""
         futures = {self._pool.submit(fn, *args): key for key, args in items}
@@ -138,7 +140,8 @@ class RayRunner:
         self.retries = retries
         self.task_options = dict(num_cpus=num_cpus, resources=dict(resources) if resources else None, max_retries=retries)
         """The Ray options of this runner's tasks."""
-        self.window = max(8, 4 * int(ray.cluster_resources().get("CPU", 1) / num_cpus))
+        cpus = float(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+        self.window = max(8, 4 * int(cpus / num_cpus))
         self._tasks: dict[Callable[..., Any], Any] = {}
 
     def put(self, value: Any) -> Any:
@@ -156,7 +159,7 @@ class RayRunner:
             self._tasks[fn] = ray.remote(fn)
         return self._tasks[fn].options(**{**self.task_options, **options})
 
-    def as_done(self, fn: Callable[..., R], items: Iterable[tuple[K, tuple]]) -> Iterator[tuple[K, R]]:
+    def as_done(self, fn: Callable[..., R], items: Iterable[tuple[K, tuple[Any, ...]]]) -> Generator[tuple[K, R], None, None]:
         """``(key, fn(*args))`` as each task finishes; leaving early cancels the tasks in flight.
 
         Raises:
@@ -165,7 +168,8 @@ class RayRunner:
         import ray
 
         task = self.remote(fn)
-        todo, pending = iter(items), {}
+        todo = iter(items)
+        pending: dict[Any, K] = {}  # ref -> key
         try:
             while True:
                 while len(pending) < self.window and (item := next(todo, None)) is not None:
