@@ -43,7 +43,7 @@ materialized as one table (the same output rows): ``mix-job`` / ``concat-job``
 (goal <= 1.1x) and the whole commands ``mix-cmd`` / ``concat-cmd``, by wall and by CPU time.
 The concatenation is written in one piece (one Lance fragment), while ``prep pretokenize`` writes a
 fragment per chunk (the GSM8K and Shakespeare sources: 62 and 19 at ``--repeat 32``), and a holder
-keeps the rows as Lance returns them, a piece per fragment (:mod:`prep.materialize.held`), so the
+keeps the rows as Lance returns them, a piece per fragment (:mod:`prep.materialize.rows.held`), so the
 job also runs on ``concat-frag``: the same rows, one table, with the sources' fragments
 (``mix-job`` / ``concat-frag-job``).
 Mixture and single-table runs alternate, and the ratio is also given pair by pair (median and

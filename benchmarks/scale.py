@@ -47,8 +47,8 @@ tail's (the ``length`` of the rows past each split's last full step) == the tabl
 
 What bounds peak RSS (2 CPUs, default options):
 
-- prepare (pretokenize, decode-images), local executor (``_run_local`` in
-  ``prep/prepare/chunk_runner.py``): the driver plus one sandbox process per CPU (fewer while
+- prepare (pretokenize, decode-images), local executor (``run_chunks`` in
+  ``prep/prepare/chunk_runner.py`` on a ``LocalRunner``, ``prep/runtime/executor.py``): the driver plus one sandbox process per CPU (fewer while
   there are fewer chunks), each on one chunk at a time: ``chunk_bytes`` = 2 MiB of text
   (``prep/runtime/config.py``), at most ``images_per_chunk`` = 256 images or 64 MiB
   (``prep/prepare/images/config.py``). The driver keeps a small result per chunk (kilobytes).
@@ -57,7 +57,7 @@ What bounds peak RSS (2 CPUs, default options):
 - materialize, local executor: within its memory budget (``--max-memory``, default a quarter of
   the machine's memory: 6 GiB here; ``prep/materialize/budget.py``): the selected rows are held
   when they fit a third of it, else spilled to disk and read back group by group
-  (``prep/materialize/spill.py``), so its RSS grows with the table until the held rows reach
+  (``prep/materialize/rows/spill.py``), so its RSS grows with the table until the held rows reach
   the budget's third (GSM8K x16 is ~0.11 GB of Arrow rows: about 18x), then stays.
   ``benchmarks/budget.py`` sweeps the budget and runs the curve to 64x.
 - read: the reader's queue (``prep/reader/options.py``): reads of ``read_bytes`` = 64 MiB,

@@ -26,7 +26,7 @@ _LAZY = {
     "pretokenize": "prep.prepare.api",
     "decode_images": "prep.prepare.api",
     "materialize_shuffle": "prep.materialize.table",
-    "materialize_mixture": "prep.materialize.mixture",
+    "materialize_mixture": "prep.materialize.mixture.run",
     "ReaderDataset": "prep.reader.dataset",
     "Loader": "prep.reader.loader",
     "PrepError": "prep.errors",
@@ -36,7 +36,7 @@ __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see (prep ships py.typed)
     from prep.errors import PrepError
-    from prep.materialize.mixture import materialize_mixture
+    from prep.materialize.mixture.run import materialize_mixture
     from prep.materialize.table import materialize_shuffle
     from prep.prepare.api import decode_images, pretokenize
     from prep.reader.dataset import ReaderDataset

@@ -13,7 +13,7 @@ import pytest
 from conftest import GSM8K
 from prep.contracts.table import METADATA_KEY, TABLE_FORMAT, RejectsMetadata, TableMetadata, read_metadata, read_table_metadata
 from prep.errors import PrepError
-from prep.materialize.mixture_sources import open_sources
+from prep.materialize.mixture.sources import open_sources
 from prep.plan.spec import MixtureSource, MixtureSpec
 from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.job import run_decode_images

@@ -1,5 +1,5 @@
 """Materialize within a memory budget (``--max-memory``): the same epochs at every budget, executor and node
-count; rows beyond the budget go through the spill (prep/materialize/spill.py), which survives kills, a full
+count; rows beyond the budget go through the spill (prep/materialize/rows/spill.py), which survives kills, a full
 disk and never removes what prep did not write."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import tables
 from prep.cli import main as cli_main
 from prep.contracts.manifest import Manifest
 from prep.errors import PrepError
-from prep.materialize import materialize_shuffle, spill
+from prep.materialize import materialize_shuffle
+from prep.materialize.rows import spill
 from prep.materialize.budget import Budget, parse_size
 from prep.materialize.verify import verify
 
@@ -78,7 +79,7 @@ def test_ray_within_a_tiny_budget_finishes_with_the_same_epochs(synthetic, unbou
                                                               monkeypatch, ray_local, nodes):
     """A one-node Ray with more groups than nodes used to hang (holder tasks waiting for CPUs the driver's
     reservation held); two nodes (mocked: both are this machine) share the route and the groups."""
-    from prep.materialize import on_ray
+    from prep.materialize.executors import on_ray
 
     kw = dict(epochs=2, read_rows=300, splits=7, strategy="random", clump=1)
     whole_out, whole = _reference(unbounded, synthetic, tmp_path_factory, **kw)

@@ -59,8 +59,8 @@ def test_a_ray_holder_streams_each_split_to_the_driver_as_it_is_written(tmp_path
     """The progress bar advances split by split on Ray too, not once per holder."""
     from ray import cloudpickle
 
-    from prep.materialize import on_ray
-    from prep.materialize.on_ray import RayExecutor
+    from prep.materialize.executors import on_ray
+    from prep.materialize.executors.on_ray import RayExecutor
     from prep.materialize.resolved import Call
 
     if where == "worker":
@@ -96,7 +96,7 @@ def test_a_one_node_ray_runs_the_holder_in_the_driver_on_cpus_reserved_for_it(ra
     itself, with its node's CPUs reserved, so that Ray places nothing else on them meanwhile."""
     from ray import cloudpickle
 
-    from prep.materialize import on_ray
+    from prep.materialize.executors import on_ray
     from prep.materialize.resolved import Call
 
     call = Call("a holder", _where_and_free_cpus, ())
@@ -130,7 +130,7 @@ def test_ray_holders_on_two_nodes_are_counted_as_their_splits_are_written_whiche
     """The first holder waits for the second holder's split to be counted: read in order, this never ends."""
     from ray import cloudpickle
 
-    from prep.materialize import on_ray
+    from prep.materialize.executors import on_ray
     from prep.materialize.resolved import Call
 
     monkeypatch.setattr(on_ray, "_nodes_cpus", lambda resources: [1, 1])  # two nodes of one CPU: both holders run at once
@@ -220,7 +220,7 @@ def test_a_failing_local_read_names_where_and_leaves_no_manifest(tmp_path, monke
 
 @pytest.mark.parametrize("where", ["driver", "worker"])
 def test_a_failing_read_in_a_ray_holder_names_where_and_leaves_no_manifest(tmp_path, ray_local, monkeypatch, where):
-    from prep.materialize import on_ray
+    from prep.materialize.executors import on_ray
 
     if where == "worker":
         monkeypatch.setattr(on_ray, "_driver_node", lambda resources: None)

@@ -1,4 +1,4 @@
-"""Token lists taken as byte blocks (prep.materialize.take) give exactly Arrow's take, for every column type."""
+"""Token lists taken as byte blocks (prep.materialize.rows.take) give exactly Arrow's take, for every column type."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from prep.materialize import held as held_module
-from prep.materialize.held import Held, rows_at
-from prep.materialize.take import byte_view
+from prep.materialize.rows import held as held_module
+from prep.materialize.rows.held import Held, rows_at
+from prep.materialize.rows.take import byte_view
 
 
 def _table(rows: int = 50) -> pa.Table:

@@ -27,7 +27,7 @@ from prep.cli import main
 from prep.errors import PrepError
 from prep.io.materialized import read_manifest, write_manifest
 from prep.materialize import materialize_mixture
-from prep.materialize.mixture_file import load_mixture
+from prep.materialize.mixture.file import load_mixture
 from prep.plan.mixture import batch_counts
 from prep.plan.spec import MixtureSource, MixtureSpec, PlanSpec
 from prep.reader import ReaderDataset

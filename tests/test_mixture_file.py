@@ -7,8 +7,8 @@ import pytest
 import tables
 from prep.cli import main
 from prep.errors import PrepError
-from prep.materialize.mixture import PLAN_BYTES_PER_ROW, check_plannable
-from prep.materialize.mixture_file import load_mixture
+from prep.materialize.mixture.run import PLAN_BYTES_PER_ROW, check_plannable
+from prep.materialize.mixture.file import load_mixture
 from prep.plan import mixture as mixplan
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from prep.errors import PrepError
+from prep.runtime.executor import EXECUTORS
 from prep.runtime.ray_cluster import parse_resources
 
 __all__ = ["add_job_arguments", "require_without_config", "job_arguments", "setting", "call_keys"]
@@ -34,7 +35,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else run on this machine without Ray)")
     parser.add_argument("--ray-resources", type=parse_resources,
                         help='custom Ray resources each task asks for, as JSON, e.g. \'{"cpu_pool": 1}\' (pins tasks to nodes offering them)')
-    parser.add_argument("--executor", choices=["auto", "ray", "local"],
+    parser.add_argument("--executor", choices=list(EXECUTORS),
                         help="where chunks run: auto (default: Ray when there is a cluster, else this machine), ray, local")
     parser.add_argument("--max-reject-fraction", type=float, metavar="F",
                         help="share of rows that may be rejected before the job fails with exit status 1 (default 0.1; "

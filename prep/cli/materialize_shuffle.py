@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from prep.cli.exits import at_least, names
 from prep.errors import PrepError
-from prep.materialize.options import DEFAULT_LANCE_FORMAT, EXECUTORS, LANCE_FORMATS, READ_ROWS
+from prep.materialize.options import DEFAULT_LANCE_FORMAT, LANCE_FORMATS, READ_ROWS
+from prep.runtime.executor import EXECUTORS
 from prep.plan import STRATEGIES
 from prep.plan.spec import DEFAULT_SPLITS
 from prep.runtime.ray_cluster import parse_resources

@@ -40,6 +40,7 @@ from prep.prepare.driver import REQUIRED_COUNTS, check_apart, commit_and_reconci
 from prep.prepare.growth import Growth, read_prior
 from prep.prepare.rejects import REJECTS_SCHEMA, Reject, rejects_table
 from prep.runtime.config import JobConfig, S3Config, config_hash
+from prep.runtime.executor import MAX_TASK_RETRIES
 
 __all__ = ["write_table", "read_table", "RAY_INPUT", "META_KEY", "ROWS_COLUMN", "REJECT_COLUMN", "with_rejects"]
 
@@ -150,7 +151,7 @@ def write_table(
     s3: Mapping[str, Any] | None = None,
     rows_per_fragment: int | None = None,
     num_cpus: float = 0.5,
-    max_retries: int = 3,
+    max_retries: int = MAX_TASK_RETRIES,
 ) -> dict[str, Any]:
     """Writes the rows of ``ds`` (a ``ray.data.Dataset`` ending in Tokenize or DecodeImages) as a prep table.
 
@@ -171,7 +172,8 @@ def write_table(
         s3: S3 endpoint and credentials (the keys of ``s3:`` in a config); default: the environment.
         rows_per_fragment: rows per write (Ray Data's ``batch_size``); default: one fragment per block.
         num_cpus: CPUs each write task asks for (keep it below the node's CPUs: issue 44687).
-        max_retries: Ray's retries of a write task whose worker died (never unlimited).
+        max_retries: Ray's retries of a write task whose worker died (default
+            :data:`prep.runtime.executor.MAX_TASK_RETRIES`; never unlimited).
 
     Returns:
         A summary: table, rejects, kind, mode, counts, the step committed, seconds.

@@ -6,7 +6,7 @@ to be taken into an epoch's order, rows read in one sequential read, rows taken 
 written batch. :class:`Budget` derives each
 from the one number a user gives, so that the peak RSS of a run stays within
 ``max_memory`` plus that base at any table size: what does not fit is spilled
-(:mod:`prep.materialize.spill`). This module imports nothing heavy: the CLI parses
+(:mod:`prep.materialize.rows.spill`). This module imports nothing heavy: the CLI parses
 ``--max-memory`` with it at start-up.
 """
 

@@ -9,15 +9,16 @@ heavy: the CLI reads its defaults at start-up.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Mapping, get_args
+from typing import TYPE_CHECKING, Mapping
 
 from prep.errors import PrepError
+from prep.runtime.executor import EXECUTORS, Executor
 
 if TYPE_CHECKING:
     from prep.io.storage import S3Options
     from prep.materialize.budget import Budget
 
-__all__ = ["READ_ROWS", "PICK_ROWS", "DEFAULT_LANCE_FORMAT", "LANCE_FORMATS", "Executor", "EXECUTORS", "RunOptions"]
+__all__ = ["READ_ROWS", "PICK_ROWS", "DEFAULT_LANCE_FORMAT", "LANCE_FORMATS", "RunOptions"]
 
 READ_ROWS = 16384  # rows per Lance read and per written batch
 PICK_ROWS = 65536  # rows taken from held rows at once: each take touches every piece (~0.5 CPU-s less than 16k at 1 M rows)
@@ -25,8 +26,6 @@ PICK_ROWS = 65536  # rows taken from held rows at once: each take touches every 
 # write and ~2x less to scan than 2.2 here, but are ~2.5x larger (no compression): see docs/materialize.md.
 DEFAULT_LANCE_FORMAT = "2.0"
 LANCE_FORMATS = ("2.0", "2.1", "2.2", "stable")
-Executor = Literal["auto", "ray", "local"]
-EXECUTORS: tuple[str, ...] = get_args(Executor)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +48,7 @@ class RunOptions:
         ray_address: Ray cluster to join (default ``RAY_ADDRESS``).
         num_cpus: CPUs of a local Ray, or threads of the local executor (default: all).
         executor: ``"auto"`` (default: Ray when there is a cluster, see
-            :func:`prep.runtime.ray_cluster.use_ray`, else this process), ``"ray"`` (a
+            :func:`prep.runtime.executor.resolve`, else this process), ``"ray"`` (a
             local Ray is started when there is no cluster) or ``"local"``. Both write
             identical outputs.
         ray_resources: custom Ray resources each task asks for (pins tasks to the nodes offering them).

@@ -2,7 +2,7 @@
 
 Tasks get a :class:`ResolvedTable` by value (URIs and versions, never handles) and open
 datasets lazily in the worker, cached per run. Executors
-(:mod:`prep.materialize.local`, :mod:`prep.materialize.on_ray`) run :class:`Call` s:
+(:mod:`prep.materialize.executors.local`, :mod:`prep.materialize.executors.on_ray`) run :class:`Call` s:
 a function, its arguments and where it is in the run, for the error message.
 """
 
@@ -40,7 +40,7 @@ class ResolvedTable:
         s3: resolved S3 options (shipped to workers).
         read_rows: rows per Lance ``take`` and per written batch.
         pick_rows: rows taken from held rows at once (a whole number of written batches).
-        spill_dir: where rows beyond the memory budget are spilled (None: :func:`prep.materialize.spill.spill_root`).
+        spill_dir: where rows beyond the memory budget are spilled (None: :func:`prep.materialize.rows.spill.spill_root`).
         lance_format: Lance data storage version of the split datasets.
         run_id: unique per run: workers cache open datasets per run, since
             ``_work`` datasets are rewritten at the same URI by a later run.
@@ -78,7 +78,7 @@ class Call(NamedTuple):
 
 
 class TaskExecutor(Protocol):
-    """What both executors offer (:class:`prep.materialize.local.LocalExecutor`, :class:`prep.materialize.on_ray.RayExecutor`)."""
+    """What both executors offer (:class:`prep.materialize.executors.local.LocalExecutor`, :class:`prep.materialize.executors.on_ray.RayExecutor`)."""
 
     budget: Budget  # the memory one holder may use (one holder runs at a time per node)
     hold_bytes: int  # bytes of rows one holder may keep in memory for its split calls (``budget.hold_bytes``)

@@ -1,7 +1,7 @@
 """The one run path of materialize, for a single table and a mixture alike.
 
 :func:`materialize` takes what to materialize (a :class:`Run`: :class:`prep.materialize.table.TableRun`
-or :class:`prep.materialize.mixture.MixtureRun`) and the run's options
+or :class:`prep.materialize.mixture.run.MixtureRun`) and the run's options
 (:class:`prep.materialize.options.RunOptions`) and goes through the same steps:
 
 1. resolve: look at the output (read only), open and pin the sources, fix the plan and its fingerprint;
@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Callable, Mapping, Protocol, Sequence
 
 from prep.io import storage
@@ -40,9 +40,9 @@ from prep.materialize.resolved import TaskExecutor
 from prep.materialize.options import RunOptions
 from prep.materialize.rerun import sound_done_records
 from prep.materialize.versions import Lineage, check_kept, lineage
-from prep.plan.spec import PlanSpec
+from prep.plan.spec import MixtureSpec, PlanSpec
 from prep.runtime.progress import Bar
-from prep.runtime.ray_cluster import use_ray
+from prep.runtime.executor import resolve
 
 __all__ = ["Run", "ResolvedRun", "materialize", "existing_output", "claim", "executor_for"]
 
@@ -50,7 +50,7 @@ log = logging.getLogger("prep.materialize")  # the package's name, as printed in
 
 
 class ResolvedRun(Protocol):
-    """What the run path needs of a run's job (:class:`prep.materialize.resolved.ResolvedTable`, :class:`prep.materialize.mixture.ResolvedMixture`)."""
+    """What the run path needs of a run's job (:class:`prep.materialize.resolved.ResolvedTable`, :class:`prep.materialize.mixture.run.ResolvedMixture`)."""
 
     output: str
     fingerprint: str
@@ -108,7 +108,7 @@ def _materialize(what: Run, options: RunOptions, output: str, s3: storage.S3Opti
     mine = [e for e in epochs if e not in line.kept]
     done = sound_done_records(job, mine)
     todo = [(e, s) for e in mine for s in range(job.plan.num_splits) if (e, s) not in done]
-    on_ray = options.executor == "ray" or (options.executor == "auto" and use_ray(options.ray_address))
+    on_ray = resolve(options.executor, options.ray_address) == "ray"
     log.info("%s %s: %d of %d splits to write (%s)", what.name, job.fingerprint, len(todo),
              len(epochs) * job.plan.num_splits, "Ray" if on_ray else "local")
     if todo:
@@ -129,10 +129,10 @@ def _materialize(what: Run, options: RunOptions, output: str, s3: storage.S3Opti
 def executor_for(options: RunOptions, on_ray: bool) -> TaskExecutor:
     """The executor of a run: Ray tasks or threads of this process; both take the same calls."""
     if on_ray:
-        from prep.materialize.on_ray import RayExecutor  # imports Ray: only when it is used
+        from prep.materialize.executors.on_ray import RayExecutor  # imports Ray: only when it is used
 
         return RayExecutor(options.ray_address, options.num_cpus, options.ray_resources, options.budget)
-    from prep.materialize.local import LocalExecutor
+    from prep.materialize.executors.local import LocalExecutor
 
     return LocalExecutor(options.num_cpus, options.budget)
 
@@ -201,37 +201,43 @@ def claim(job: ResolvedRun, old: JobMarker | Manifest | None, *, overwrite: bool
 
 
 def _differences(old: JobMarker | Manifest, job: ResolvedRun) -> str:
-    """What changed between the plan at the output and this run's, for the refusal."""
+    """What changed between the plan at the output and this run's, for the refusal (the typed plans compared
+    field by field, each shown as the manifest writes it)."""
     why = []
     if old.source is not None and old.source.uri != job.source:
         why.append(f"source {old.source.uri} -> {job.source}")
     if old.source is not None and old.source.version != job.version:
         why.append(f"source version {old.source.version} -> {job.version} (the table changed since)")
-    old_plan = old.plan.to_json() if old.plan is not None else {}
-    moved = _moved_sources(old_plan.get("mixture"), job.plan)
+    moved = _moved_sources(old.plan.mixture if old.plan is not None else None, job.plan.mixture)
     if moved:
         return moved
-    why += [f"{k} {old_plan.get(k)!r} -> {v!r}" for k, v in job.plan.to_json().items() if old_plan.get(k) != v]
+    why += [f"{f.name} {_shown(getattr(old.plan, f.name, None))!r} -> {_shown(getattr(job.plan, f.name))!r}"
+            for f in fields(PlanSpec) if getattr(old.plan, f.name, None) != getattr(job.plan, f.name)]
     return "; ".join(why) or "different"
 
 
-def _moved_sources(old_mix: object, plan: PlanSpec) -> str | None:
+def _shown(value: object) -> object:
+    """A plan field as the manifest writes it (lists, not tuples; a mixture as its JSON block)."""
+    if isinstance(value, tuple):
+        return list(value)
+    return value.to_json() if isinstance(value, MixtureSpec) else value
+
+
+def _moved_sources(old: MixtureSpec | None, new: MixtureSpec | None) -> str | None:
     """When two mixtures differ only in their tables' versions: which moved, and how to keep the old ones."""
-    new_mix = plan.to_json().get("mixture")
-    if not isinstance(old_mix, dict) or not isinstance(old_mix.get("sources"), list) or new_mix is None:
+    if old is None or new is None:
         return None
 
-    def unpinned(mix: dict) -> dict:  # the epoch size follows the versions unless the file gives it
-        return {**mix, "epoch_rows": None, "sources": [{**s, "version": None} for s in mix["sources"] if isinstance(s, dict)]}
+    def unpinned(mix: MixtureSpec) -> MixtureSpec:  # the epoch size follows the versions unless the file gives it
+        return replace(mix, epoch_rows=None, sources=tuple(replace(s, version=None) for s in mix.sources))
 
-    if unpinned(old_mix) != unpinned(new_mix):
+    if unpinned(old) != unpinned(new):
         return None
-    moved = [f"{s['table']} version {o.get('version')} -> {s['version']}"
-             for o, s in zip(old_mix["sources"], new_mix["sources"]) if o.get("version") != s["version"]]
+    moved = [f"{s.table} version {o.version} -> {s.version}" for o, s in zip(old.sources, new.sources) if o.version != s.version]
     if not moved:
         return None
-    if old_mix.get("epoch_rows") != new_mix["epoch_rows"]:
-        moved.append(f"epoch_rows {old_mix.get('epoch_rows')} -> {new_mix['epoch_rows']}")
+    if old.epoch_rows != new.epoch_rows:
+        moved.append(f"epoch_rows {old.epoch_rows} -> {new.epoch_rows}")
     return ("; ".join(moved) + ": a table grew; to go on drawing from the versions the output holds, name them "
             "(`version: N`) in the mixture file")
 

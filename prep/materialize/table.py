@@ -5,12 +5,12 @@ memory budget (:class:`~prep.materialize.budget.Budget`, ``--max-memory``):
 
 - held: when the selected rows fit one holder's budget on a one-node run, a holder
   (:meth:`~prep.materialize.resolved.TaskExecutor.run_holders`) reads them in one
-  sequential pass, keeps them in memory (:mod:`prep.materialize.held`) and writes every
+  sequential pass, keeps them in memory (:mod:`prep.materialize.rows.held`) and writes every
   split from them on its threads.
 - taken: when clumps are large (``sequential`` included) and the rows do not fit or
   there are several nodes, each split task takes its rows from the table with Lance
   takes, which such clumps make nearly scans (memory: a few written batches a task).
-- spilled: otherwise, a two-pass external shuffle (:mod:`prep.materialize.spill`): the
+- spilled: otherwise, a two-pass external shuffle (:mod:`prep.materialize.rows.spill`): the
   table is read once, each row routed to the spill file of its group of splits, then
   each group is read back once, held and written. Cost and memory are linear at any
   table/budget ratio, and on several nodes every row is read once, not once per node.
@@ -35,18 +35,18 @@ from prep.errors import PrepError
 from prep.io import lance_tables, storage
 from prep.io.table_checksums import require_intact
 from prep.materialize.faults import kill_point
-from prep.materialize import spill
-from prep.materialize.held import hold_splits, reads_scattered
+from prep.materialize.rows import spill
+from prep.materialize.rows.held import hold_splits, reads_scattered
 from prep.materialize.resolved import Call, ResolvedTable, TaskExecutor, dataset, run_task
 from prep.materialize.options import RunOptions
 from prep.materialize.run import materialize
-from prep.materialize.rows import bytes_per_row, hash_keys_for, selection_fingerprint, write_selection
+from prep.materialize.rows.selected import bytes_per_row, hash_keys_for, selection_fingerprint, write_selection
 from prep.materialize.write import output_schema, write_split, write_split_dataset
 from prep.plan import assign_rows, split_rows, split_size
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
 
 if TYPE_CHECKING:
-    from prep.materialize.local import LocalExecutor
+    from prep.materialize.executors.local import LocalExecutor
 
 __all__ = ["materialize_shuffle", "TableRun", "hold_groups", "SEGMENT_BYTES"]
 
@@ -226,7 +226,7 @@ class TableRun:
     def _spill(self, job: ResolvedTable, todo: Sequence[tuple[int, int]], executor: TaskExecutor,
                hash_keys: tuple[np.ndarray | None, Any], row_bytes: int, read_rows: int,
                on_done: Callable[[], None]) -> list[DoneRecord]:
-        """The two passes of :mod:`prep.materialize.spill`: route every selected row once, then write each group
+        """The two passes of :mod:`prep.materialize.rows.spill`: route every selected row once, then write each group
         (``hash_keys``: the keys, and as the executor shares them)."""
         raw_keys, keys = hash_keys
         n, nodes, hold = job.num_selected, executor.min_holders, executor.budget.hold_bytes

@@ -8,7 +8,7 @@ checksum, files and sizes: :mod:`prep.contracts.done`). Each commit is a kill po
 - ``take``: each chunk of the read order is one Lance ``take``; clumps make it
   nearly a scan (when the selected rows do not fit in one holder and clumps are
   large: :mod:`prep.materialize.table`).
-- ``held``: the split's rows are already in memory (:mod:`prep.materialize.held`)
+- ``held``: the split's rows are already in memory (:mod:`prep.materialize.rows.held`)
   and are taken into this epoch's order there.
 """
 
@@ -25,13 +25,13 @@ from prep.io import lance_tables
 
 from prep.io import storage
 from prep.materialize.faults import kill_point
-from prep.materialize.held import Held
+from prep.materialize.rows.held import Held
 from prep.materialize.resolved import ResolvedTable, dataset
 from prep.io.checksum import Checksum
 from prep.contracts.done import DoneRecord
 from prep.io.materialized import write_done
 from prep.contracts.manifest import split_path
-from prep.materialize.rows import read_rows
+from prep.materialize.rows.selected import read_rows
 
 __all__ = ["SplitOutput", "write_split", "write_split_dataset", "split_files", "output_schema"]
 

@@ -13,15 +13,14 @@ before the commit leaves no table.
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import time
 import traceback
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 
@@ -30,9 +29,10 @@ from prep.runtime.config import JobConfig
 from prep.errors import PrepError, one_line
 from prep.prepare.isolation import Limits, Progress, dumps, run_isolated, hooks_from_env
 from prep.prepare.rejects import Reject, rejects_table
+from prep.runtime.executor import LocalRunner, RayRunner, Resolved, Runner
 
 __all__ = [
-    "ChunkOutput", "ChunkResult", "ChunkWorker", "Executor", "start_ray", "run_chunks", "total_counts", "drop_old_versions",
+    "ChunkOutput", "ChunkResult", "ChunkWorker", "start_ray", "run_chunks", "total_counts", "drop_old_versions",
 ]
 
 log = logging.getLogger(__name__)
@@ -151,8 +151,9 @@ def _isolated_chunk(index: int, blob: bytes, limits: Limits, hooks: dict[str, st
     return result, error
 
 
-def _ray_chunk(index: int, blob: bytes, shared: dict[str, Any]) -> tuple[bytes | None, str | None]:
-    """The Ray task: one chunk through this worker process's sandbox (``shared``: what :func:`_isolated_chunk` takes besides)."""
+def _chunk_task(index: int, blob: bytes, shared: dict[str, Any]) -> tuple[bytes | None, str | None]:
+    """A runner's task (a local thread or a Ray task): one chunk through the sandbox of its thread or
+    worker process (``shared``: what :func:`_isolated_chunk` takes besides)."""
     return _isolated_chunk(index, blob, **shared)
 
 
@@ -182,9 +183,6 @@ def drop_old_versions(cfg: JobConfig, s3: storage.S3Options) -> None:
         ds.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
 
 
-Executor = Literal["ray", "local"]
-
-
 def run_chunks(
     chunks: Sequence[Any],
     worker: ChunkWorker,
@@ -195,7 +193,7 @@ def run_chunks(
     max_rows_per_file: int = 1 << 20,
     num_cpus_per_task: float = 1.0,
     limits: Limits = Limits(),
-    executor: Executor = "ray",
+    executor: Resolved = "ray",
     local_workers: int | None = None,
     on_result: Callable[[ChunkResult], None] | None = None,
     resources: dict[str, float] | None = None,
@@ -206,10 +204,11 @@ def run_chunks(
 
     ``executor="ray"`` runs a Ray task per chunk on the cluster; ``"local"`` runs
     ``local_workers`` (default: the CPUs) threads on this machine, each feeding its own
-    sandbox process; ``resources`` are custom Ray resources each task asks for. Both run the same :func:`_run_chunk` in the same sandboxes, so the
+    sandbox process (the runners of :mod:`prep.runtime.executor`); ``resources`` are custom Ray
+    resources each task asks for. Both run the same :func:`_run_chunk` in the same sandboxes, so the
     output is identical. Each chunk runs isolated (prep.prepare.isolation): items that
-    crash or hang the worker become rejects within ``limits``, and Ray retries a task at
-    most ``limits.max_task_retries`` times.
+    crash or hang the worker become rejects within ``limits``, and Ray retries a task whose
+    worker died at most ``limits.max_task_retries`` times.
     ``on_result`` sees each chunk's result as it arrives (the driver's progress bar).
     ``fresh``: the fragments make a new table (not an append), whatever schema the one at ``output_uri`` has.
     ``preload`` names the modules ``worker`` imports in the sandbox (torch, a decoder): each
@@ -218,23 +217,30 @@ def run_chunks(
     Raises:
         PrepError: a chunk cannot finish, or a Ray task kept failing; one line saying which.
     """
-    items = [(i, pickle.dumps(c)) for i, c in enumerate(chunks)]
     kwargs = dict(worker=_pickled(worker, executor), output_uri=output_uri, rejects_uri=rejects_uri, storage_options=storage_options,
                   max_rows_per_file=max_rows_per_file, fresh=fresh)
-    hooks = hooks_from_env()
-    preload = tuple(preload)
+    shared = dict(limits=limits, hooks=hooks_from_env(), kwargs=kwargs, preload=tuple(preload))
     arrived = on_result or (lambda result: None)
+    runner: Runner
     if executor == "local":
-        results = _run_local(items, kwargs, limits, hooks, preload, local_workers or os.cpu_count() or 1, arrived)
-    else:
-        results = _run_on_ray(items, kwargs, limits, hooks, preload, num_cpus_per_task, arrived, resources or {})
+        runner = LocalRunner(local_workers, "prep-chunk", kept=True)  # kept: its threads' sandboxes stay warm
+    else:  # plain tasks, not Ray Data: a chunk's rows never travel (benchmarks/executors.py measured its costs)
+        runner = RayRunner(num_cpus=num_cpus_per_task, resources=resources, retries=limits.max_task_retries)
+    shared_once = runner.put(shared)  # the chunk worker (a tokenizer's config...) once
+    results: dict[int, ChunkResult] = {}
+    with closing(runner.as_done(_chunk_task, ((i, (i, pickle.dumps(c), shared_once)) for i, c in enumerate(chunks)))) as done:
+        for index, (blob, error) in done:
+            if error is not None:
+                raise PrepError(error.strip())
+            results[index] = pickle.loads(blob)
+            arrived(results[index])
     missing = sorted(set(range(len(chunks))) - results.keys())
     if missing:
         raise PrepError(f"chunks {missing[:5]} produced no result (a Ray task was lost); rerun the job")
     return [results[i] for i in range(len(chunks))]
 
 
-def _pickled(worker: ChunkWorker, executor: Executor) -> bytes:
+def _pickled(worker: ChunkWorker, executor: Resolved) -> bytes:
     """``worker`` as the sandboxes load it (:func:`_run_chunk`): on Ray with Ray's cloudpickle, as Ray
     itself would send it (a worker class defined in a driver script's ``__main__`` travels by value)."""
     if executor == "local":
@@ -242,75 +248,3 @@ def _pickled(worker: ChunkWorker, executor: Executor) -> bytes:
     from ray import cloudpickle
 
     return cloudpickle.dumps(worker)
-
-
-_LOCAL: dict[int, ThreadPoolExecutor] = {}  # by size, kept across jobs: its threads' sandboxes stay warm, like Ray's workers
-
-
-def _local_pool(workers: int) -> ThreadPoolExecutor:
-    """The process's pool of ``workers`` threads (another size replaces it)."""
-    if workers not in _LOCAL:
-        for old in _LOCAL.values():
-            old.shutdown()
-        _LOCAL.clear()
-        _LOCAL[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prep-chunk")
-    return _LOCAL[workers]
-
-
-def _run_local(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str],
-               preload: tuple[str, ...], workers: int, arrived: Callable[[ChunkResult], None]) -> dict[int, ChunkResult]:
-    """Chunks on this process's worker threads, each feeding its own sandbox; the first error stops the rest."""
-    pool = _local_pool(workers)
-    futures = {pool.submit(_isolated_chunk, index, blob, limits, hooks, kwargs, preload): index for index, blob in items}
-    results: dict[int, ChunkResult] = {}
-    try:
-        for future in as_completed(futures):
-            blob, error = future.result()
-            if error is not None:
-                raise PrepError(error.strip())
-            results[futures[future]] = pickle.loads(blob)
-            arrived(results[futures[future]])
-    finally:
-        for future in futures:
-            future.cancel()  # not started yet: dropped; running: they finish their chunk
-        wait(futures)
-    return results
-
-
-def _run_on_ray(items: list[tuple[int, bytes]], kwargs: dict[str, Any], limits: Limits, hooks: dict[str, str],
-                preload: tuple[str, ...], num_cpus_per_task: float, arrived: Callable[[ChunkResult], None],
-                resources: dict[str, float]) -> dict[int, ChunkResult]:
-    """Chunks as Ray tasks (a few per CPU of the cluster in flight at once), with finite retries; the first error cancels the rest.
-
-    Plain tasks, not a Ray Data pipeline: a chunk's rows never travel (the task writes them as
-    fragments and returns their metadata), so Ray Data would add only its costs (measured by
-    ``benchmarks/executors.py``: its import in the driver and in every worker, its executor's
-    thread, and the detached actors it starts on a cluster's first job).
-    """
-    import ray
-
-    task = ray.remote(_ray_chunk).options(num_cpus=num_cpus_per_task, resources=resources or None,
-                                          max_retries=limits.max_task_retries)  # Ray retries a dead worker's task
-    shared = ray.put(dict(limits=limits, hooks=hooks, kwargs=kwargs, preload=preload))  # the chunk worker (a tokenizer's config...) once
-    window = max(8, 4 * int(ray.cluster_resources().get("CPU", 1) / num_cpus_per_task))  # ray.wait scans what it is given
-    todo, pending, results = iter(items), {}, {}
-    try:
-        while True:
-            while len(pending) < window and (item := next(todo, None)) is not None:
-                pending[task.remote(item[0], item[1], shared)] = item[0]
-            if not pending:
-                return results
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                index = pending.pop(ref)
-                blob, error = ray.get(ref)
-                if error is not None:
-                    raise PrepError(error.strip())
-                results[index] = pickle.loads(blob)
-                arrived(results[index])
-    except ray.exceptions.RayError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise PrepError(f"a Ray task failed after {limits.max_task_retries} retries (max_task_retries): {type(exc).__name__}: {first}") from None
-    finally:
-        for ref in pending:
-            ray.cancel(ref)

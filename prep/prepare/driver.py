@@ -53,13 +53,13 @@ from prep.runtime.progress import Bar
 from prep.prepare import faults
 from prep.prepare.growth import Growth, Prior, read_prior, reject_counts, rejects_base, without_sources
 from prep.prepare.isolation import Limits
-from prep.prepare.chunk_runner import ChunkResult, ChunkWorker, Executor, drop_old_versions, run_chunks, start_ray, total_counts
+from prep.prepare.chunk_runner import ChunkResult, ChunkWorker, drop_old_versions, run_chunks, start_ray, total_counts
 from prep.io.lease import Lease, hold
 from prep.io.claims import claim_outputs
 from prep.prepare.rejects import REJECTS_SCHEMA, check_budget
-from prep.runtime.ray_cluster import use_ray
+from prep.runtime.executor import resolve
 
-__all__ = ["ChunkPlan", "PrepareJob", "run_prepare", "executor_for", "check_apart",
+__all__ = ["ChunkPlan", "PrepareJob", "run_prepare", "check_apart",
            "rejects_without_table", "commit_and_reconcile"]
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     claim_outputs([cfg.output, cfg.rejects_uri], job.name, overwrite=cfg.overwrite or orphan or prior is not None, s3=s3)
     faults.maybe_raise("commit", "claimed")
     opts = storage.lance_storage_options(cfg.output, s3)
-    executor = executor_for(cfg)
+    executor = resolve(cfg.executor, cfg.ray.address)
     ray_seconds = start_ray(cfg) if executor == "ray" else 0.0
     t_run = time.perf_counter()
     with Bar(len(plan.chunks), f"{job.name} {cfg.output.rstrip('/').rsplit('/', 1)[-1]}", unit="chunk") as bar:
@@ -287,13 +287,6 @@ def _advance(bar: Bar, t0: float) -> Callable[[ChunkResult], None]:
 def _absolute(uri: str) -> str:
     """``uri`` as workers must see it: a sandbox or Ray worker outlives this call's working directory."""
     return uri if storage.is_remote(uri) else os.path.abspath(uri)
-
-
-def executor_for(cfg: JobConfig) -> Executor:
-    """``cfg.executor``, with ``auto`` resolved: Ray when there is a cluster to use (:func:`prep.runtime.ray_cluster.use_ray`)."""
-    if cfg.executor != "auto":
-        return cfg.executor
-    return "ray" if use_ray(cfg.ray.address) else "local"
 
 
 def _comparable(uri: str) -> str:

@@ -64,6 +64,7 @@ from prep.runtime import logs
 from prep.runtime.config import JobConfig
 from prep.errors import PrepError
 from prep.prepare.faults import ENV as RAISE_ENV
+from prep.runtime.executor import MAX_TASK_RETRIES
 from prep.runtime.ray_cluster import WORKER_ENV
 from prep.runtime.zygote import Zygote
 
@@ -84,7 +85,7 @@ class Limits:
 
     item_timeout_s: float = 60.0
     max_bad_items_per_chunk: int = 16
-    max_task_retries: int = 3
+    max_task_retries: int = MAX_TASK_RETRIES
 
     @classmethod
     def of(cls, cfg: JobConfig) -> "Limits":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -19,6 +19,7 @@ from prep.errors import PrepError
 from prep.io.retry import RetryPolicy
 from prep.io import storage
 from prep.io.storage import S3Options
+from prep.runtime.executor import MAX_TASK_RETRIES, Executor
 
 __all__ = ["ConfigModel", "RetryConfig", "S3Config", "RayConfig", "JobConfig", "merge", "load_config", "config_hash"]
 
@@ -101,7 +102,8 @@ class JobConfig(ConfigModel):
         max_bad_items_per_chunk: items of one chunk that may crash or time out, each
             becoming a reject, before the chunk and the job fail (default 16).
         max_task_retries: retries of a chunk whose worker died outside any single item,
-            and of a Ray task (default 3; never unlimited).
+            and of a Ray task whose worker died (default 3,
+            :data:`prep.runtime.executor.MAX_TASK_RETRIES`; never unlimited).
         max_reject_fraction: the share of rows read that may be rejected (default 0.1).
             Past it, or when every row is rejected (whatever this is), the job exits 1
             naming the top reasons; the rejects table is committed, the table is not
@@ -116,10 +118,10 @@ class JobConfig(ConfigModel):
     update: bool = False
     remove_missing: bool = False
     chunk_bytes: int = Field(default=2 << 20, ge=4096)
-    executor: Literal["auto", "ray", "local"] = "auto"
+    executor: Executor = "auto"
     item_timeout_s: float = Field(default=60.0, gt=0)
     max_bad_items_per_chunk: int = Field(default=16, ge=0)
-    max_task_retries: int = Field(default=3, ge=0)
+    max_task_retries: int = Field(default=MAX_TASK_RETRIES, ge=0)
     max_reject_fraction: float = Field(default=0.1, ge=0, le=1)
     s3: S3Config = S3Config()
     ray: RayConfig = RayConfig()

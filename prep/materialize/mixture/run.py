@@ -1,7 +1,7 @@
 """A mixture's run (:class:`MixtureRun`): several tables, by weight, into shuffled epochs of exact global batches.
 
 The steps are the single table's (:func:`prep.materialize.run.materialize`): resolve (open,
-pin and check the tables, :mod:`prep.materialize.mixture_sources`), claim the output,
+pin and check the tables, :mod:`prep.materialize.mixture.sources`), claim the output,
 plan each epoch in the driver (:func:`prep.plan.mixture.epoch_sequence`: each position's
 source and row, after checking that the plan fits in memory), run one task per missing
 (epoch, split) on the local executor or on Ray, and write the manifest last. A rerun
@@ -38,9 +38,9 @@ from prep.io import storage
 from prep.errors import PrepError
 from prep.contracts.done import DoneRecord
 from prep.contracts.manifest import Epoch, Manifest, MixtureTable, Source
-from prep.materialize.held import Held
+from prep.materialize.rows.held import Held
 from prep.materialize.resolved import Call, TaskExecutor, run_task
-from prep.materialize.mixture_sources import (SOURCE_COLUMN, OpenSource, check_repeats, epoch_rows_for, open_sources,
+from prep.materialize.mixture.sources import (SOURCE_COLUMN, OpenSource, check_repeats, epoch_rows_for, open_sources,
                                               output_schema, plan_sources, row_tokens)
 from prep.materialize.options import DEFAULT_LANCE_FORMAT, READ_ROWS, RunOptions
 from prep.materialize.run import materialize
@@ -49,7 +49,7 @@ from prep.plan import mixture as mixplan
 from prep.plan.spec import DEFAULT_SPLITS, PlanSpec
 
 if TYPE_CHECKING:
-    from prep.materialize.local import LocalExecutor
+    from prep.materialize.executors.local import LocalExecutor
 
 __all__ = ["materialize_mixture", "MixtureRun", "ResolvedMixture", "epoch_plan", "check_plannable", "PLAN_BYTES_PER_ROW"]
 
@@ -193,7 +193,7 @@ def materialize_mixture(*, mixture: str | Path | PlanSpec, splits: int = DEFAULT
     """Materializes epochs ``[start_epoch, start_epoch + epochs)`` of a mixture.
 
     Args:
-        mixture: a mixture file (:mod:`prep.materialize.mixture_file`) or a plan with a mixture.
+        mixture: a mixture file (:mod:`prep.materialize.mixture.file`) or a plan with a mixture.
         splits: splits per epoch when ``mixture`` is a file (any number: an epoch is a multiple of
             ``lcm(global_batch, splits)`` rows).
         **options: the run's options, :class:`prep.materialize.options.RunOptions` (``output`` and ``epochs`` at least).
@@ -212,7 +212,7 @@ def materialize_mixture(*, mixture: str | Path | PlanSpec, splits: int = DEFAULT
 
 def _load(path: str | Path, splits: int) -> PlanSpec:
     """The plan of a mixture file (the loader imports pydantic, ~0.3 s of start-up: only when a file is read)."""
-    from prep.materialize.mixture_file import load_mixture
+    from prep.materialize.mixture.file import load_mixture
 
     return load_mixture(path, splits)
 

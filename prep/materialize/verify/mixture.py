@@ -19,10 +19,10 @@ from prep.io import lance_tables
 from prep.io import storage
 from prep.errors import PrepError, one_line
 from prep.contracts.manifest import Manifest, vocab_size
-from prep.materialize.mixture import check_plannable, epoch_plan
-from prep.materialize.report import Report, first_difference
-from prep.materialize.scan import scan_split
-from prep.materialize.mixture_sources import SOURCE_COLUMN, OpenSource, open_sources, row_tokens
+from prep.materialize.mixture.run import check_plannable, epoch_plan
+from prep.materialize.verify.report import Report, first_difference
+from prep.materialize.verify.scan import scan_split
+from prep.materialize.mixture.sources import SOURCE_COLUMN, OpenSource, open_sources, row_tokens
 from prep.plan import mixture as mixplan
 from prep.plan.spec import MixtureSpec
 

@@ -11,7 +11,7 @@ costs ~5x a scan), a run does not read the table once per group of splits. Inste
    then ``ROOT/seg-IIIIII.done``. Segments run in parallel, on every node.
 2. **write**: each group's files (its rows, in position order) are read back once
    and held, and every epoch of the group's splits is taken from them
-   (:mod:`prep.materialize.held`). A single split larger than the budget is taken
+   (:mod:`prep.materialize.rows.held`). A single split larger than the budget is taken
    in parts (:func:`split_parts`): its spill is bucketed by part of the epoch's read
    order, then each part is held alone.
 
@@ -42,9 +42,9 @@ from prep.contracts.materialized import WORK
 from prep.errors import PrepError
 from prep.io import storage
 from prep.materialize.faults import kill_point
-from prep.materialize.held import Held, rows_at
+from prep.materialize.rows.held import Held, rows_at
 from prep.materialize.resolved import ResolvedTable, dataset
-from prep.materialize.rows import iter_range
+from prep.materialize.rows.selected import iter_range
 
 __all__ = ["SpillLayout", "spill_root", "route_segment", "read_group", "split_parts", "remove_spill", "POSITION"]
 

@@ -1,7 +1,7 @@
 """The Ray executor: one Ray task per call, for runs on a cluster.
 
-Chosen when there is a cluster to use (:func:`prep.runtime.ray_cluster.use_ray`).
-It takes the same calls as the local executor (:class:`prep.materialize.local.LocalExecutor`).
+Chosen when there is a cluster to use (:func:`prep.runtime.executor.resolve`).
+It takes the same calls as the local executor (:class:`prep.materialize.executors.local.LocalExecutor`).
 A holder call (:meth:`RayExecutor.run_holders`) takes a node's CPUs and runs the local
 executor there: it holds its group's rows and writes its splits on that node's threads,
 so a run on Ray does what a local run does, every node working. When the driver's node
@@ -12,8 +12,10 @@ Ray, more than a GSM8K x16 epoch's whole materialize costs. The others are Ray g
 tasks on the other nodes, each streaming its splits' results to the driver as they are
 written; none is ever submitted for the driver's node, whose CPUs the reservation holds
 (a one-node Ray runs every holder in the driver). Shared values go to the object store
-(:meth:`RayExecutor.put`). A task's error cancels the others and is re-raised in the
-driver as one line naming where it happened.
+(:meth:`RayExecutor.put`). Plain calls run on the shared :class:`prep.runtime.executor.RayRunner`
+(prepare's too), holders are this stage's own tasks on top of it, with its CPUs, resources and
+retries. A task's error cancels the others and is re-raised in the driver as one line naming
+where it happened.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ import ray
 import ray.util.client
 from ray.util.placement_group import NODE_ID_LABEL_KEY, placement_group, remove_placement_group
 
-from prep.errors import PrepError, one_line
-from prep.materialize import local
+from prep.materialize.executors import local
 from prep.materialize.budget import Budget
 from prep.materialize.resolved import Call, run_task
+from prep.runtime.executor import RayRunner, in_order, ray_error
 from prep.runtime.ray_cluster import init_ray, use_worker_env
 
 __all__ = ["RayExecutor"]
@@ -83,7 +85,8 @@ def _driver_node(resources: Mapping[str, float]) -> str | None:
 
 
 class RayExecutor:
-    """Runs calls as Ray tasks (1 CPU each, retried twice, on nodes offering ``resources``); a context manager.
+    """Runs calls as Ray tasks (1 CPU each, on nodes offering ``resources``, retried as
+    :class:`prep.runtime.executor.RayRunner` says); a context manager.
 
     Holder calls take the CPUs of the smallest node that may run them; runs make as many as
     nodes at least (:attr:`min_holders`), so that every node works.
@@ -105,8 +108,8 @@ class RayExecutor:
         self.min_holders = len(nodes)
         self.threads = self._threads = min(nodes)
         self._driver_node = _driver_node(wanted or {})
-        self._remote = ray.remote(num_cpus=1, max_retries=2, resources=wanted)(_released)
-        self._holder = ray.remote(num_cpus=self._threads, max_retries=2, resources=wanted)(_holder)
+        self.runner = RayRunner(num_cpus=1, resources=wanted)  # the shared runner, which plain calls run on
+        self._holder = self.runner.remote(_holder, num_cpus=self._threads, num_returns="streaming")
 
     def __enter__(self) -> "RayExecutor":
         return self
@@ -116,7 +119,7 @@ class RayExecutor:
 
     def put(self, value: Any) -> Any:
         """A value every call shares, put in the object store once (None stays None)."""
-        return ray.put(value) if value is not None else None
+        return self.runner.put(value)
 
     def run(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
         """The calls' results in order (``on_done`` as each arrives); the first failure cancels the rest.
@@ -124,7 +127,7 @@ class RayExecutor:
         Raises:
             PrepError: the first call that failed, naming its ``where``.
         """
-        return _collect([self._remote.remote(c.fn, c.where, *c.args) for c in calls], on_done)
+        return in_order(self.runner, _released, [(c.fn, c.where, *c.args) for c in calls], lambda _: on_done())
 
     def run_holders(self, calls: Sequence[Call], on_done: Callable[[], None] = lambda: None) -> list:
         """Holder calls (``fn(*args, executor)``, yielding results), each running a local executor on one node:
@@ -141,9 +144,8 @@ class RayExecutor:
         here = _HeldHere(calls[::step], self._driver_node, self._threads, self.budget) if self._driver_node else None
         try:
             remote = [c for i, c in enumerate(calls) if i % step] if here else calls
-            streams = [self._holder.options(num_returns="streaming").remote(c.fn, self._threads, self.budget, *c.args)
-                       for c in remote]
-            return _collect(streams, on_done, streamed=True, here=here)
+            streams = [self._holder.remote(c.fn, self._threads, self.budget, *c.args) for c in remote]
+            return _collect(streams, on_done, here, self.runner.retries)
         finally:
             if here is not None:
                 here.close()
@@ -226,19 +228,15 @@ def _counted(result: Any, on_done: Callable[[], None]) -> Any:
     return result
 
 
-def _collect(refs: list, on_done: Callable[[], None] = lambda: None, streamed: bool = False,
-             here: _HeldHere | None = None) -> list:
-    """The tasks' results in order (``on_done`` as each arrives; ``streamed``: each ref is a generator task's
-    stream, and the results come as they are ready, with those of the holder ``here``); the first failure
-    cancels the rest and is raised as one line (a failure of ``here`` as it was raised)."""
+def _collect(streams: list, on_done: Callable[[], None], here: _HeldHere | None, retries: int) -> list:
+    """The results of the generator tasks' ``streams`` and of the holder ``here`` as they are ready (``on_done``
+    as each arrives); the first failure cancels the rest and is raised as one line (:func:`prep.runtime.executor.ray_error`;
+    a failure of ``here`` as it was raised)."""
     try:
-        if streamed:
-            return _drain(refs, on_done, here)
-        return [_counted(ray.get(ref), on_done) for ref in refs]
+        return _drain(streams, on_done, here)
     except BaseException as exc:
-        for ref in refs:
-            ray.cancel(ref)
-        if not isinstance(exc, ray.exceptions.RayTaskError):
+        for stream in streams:
+            ray.cancel(stream)
+        if not isinstance(exc, ray.exceptions.RayError):
             raise
-        cause = exc.cause if isinstance(getattr(exc, "cause", None), PrepError) else None
-        raise PrepError(str(cause) if cause else one_line(str(exc).splitlines()[-1])) from None
+        raise ray_error(exc, retries) from None

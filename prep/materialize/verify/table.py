@@ -9,12 +9,12 @@ there, in plan order (a problem names the first row that differs), and its token
 ids are within the vocabulary the manifest's tokenizer records; per epoch: every
 selected row appears exactly once (an order-free fingerprint of all ids,
 compared with the source's). Each split is read once for all of it
-(:mod:`prep.materialize.scan`). Each epoch is checked against the table version it
+(:mod:`prep.materialize.verify.scan`). Each epoch is checked against the table version it
 drew from (Lance keeps old versions): an output extended onto a table that grew
 (``--extend``) checks its old epochs against the old version, its new ones against
 the new; a version that cannot be opened any more (cleaned up) is a problem.
 
-A mixture is checked by :mod:`prep.materialize.verify_mixture` (per global batch proportions
+A mixture is checked by :mod:`prep.materialize.verify.mixture` (per global batch proportions
 against the recomputed plan). The content checksum is :mod:`prep.io.checksum`'s, the manifest is read by
 :func:`prep.io.materialized.read_manifest`.
 """
@@ -36,13 +36,13 @@ from prep.errors import PrepError, one_line
 from prep.contracts.manifest import Epoch, Manifest, vocab_size
 from prep.io.materialized import read_manifest
 from prep.materialize.resolved import resolved_for_manifest
-from prep.materialize.rows import hash_keys_for, selected_ids
+from prep.materialize.rows.selected import hash_keys_for, selected_ids
 from prep.plan.permutation import mix64
 from prep.contracts.materialized import rerun_command
-from prep.materialize.report import Report, first_difference
-from prep.materialize.scan import scan_split
+from prep.materialize.verify.report import Report, first_difference
+from prep.materialize.verify.scan import scan_split
 from prep.runtime.progress import Bar
-from prep.materialize.verify_mixture import check_mixture
+from prep.materialize.verify.mixture import check_mixture
 
 __all__ = ["Report", "verify"]
 

@@ -5,7 +5,7 @@ per row (measured: a full random epoch of GSM8K x16 in 0.4 s on 2 threads vs
 1.4 s through Lance), so both executors hand a split task the rows it needs
 when they can: a holder as all the rows of its group of splits, read in one
 sequential pass (:func:`hold_splits`, on either executor), the Ray executor's
-spilled group as its rows read back from disk (:mod:`prep.materialize.spill`).
+spilled group as its rows read back from disk (:mod:`prep.materialize.rows.spill`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pyarrow as pa
 from prep import plan
 from prep.materialize.options import PICK_ROWS
 from prep.materialize.resolved import ResolvedTable, dataset
-from prep.materialize.rows import read_range
+from prep.materialize.rows.selected import read_range
 from prep.plan.spec import PlanSpec
-from prep.materialize.take import byte_view, from_byte_view
+from prep.materialize.rows.take import byte_view, from_byte_view
 
 __all__ = ["Held", "rows_at", "hold_splits", "reads_scattered", "SCATTERED_BELOW_CLUMP", "SLICE_FROM_RUN_ROWS"]
 
@@ -46,7 +46,7 @@ class Held:
     batch takes its rows from the pieces that hold them: runs of consecutive
     rows (clumps) as slices, else one take per piece it touches, put back in
     order by a take of the batch alone. Token lists are byte blocks throughout
-    (:mod:`prep.materialize.take`): one ``memcpy`` per row.
+    (:mod:`prep.materialize.rows.take`): one ``memcpy`` per row.
 
     Args:
         pieces (Sequence[pa.Table]): the rows, in position order, cut anywhere (at least one piece, same schema).
