@@ -119,3 +119,25 @@ def test_an_index_from_before_stamps_reads_and_a_wrong_column_is_refused(tmp_pat
     pq.write_table(old.drop_columns(["key"]), tmp_path / index_path(4))
     with pytest.raises(PrepError, match=r"v4.parquet: file index column key is missing"):
         read_index(str(tmp_path), [index_path(4)], None)
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"tokenizer": {"name": "t", "hash": "h", "vocab": 3}}, "tokenizer.vocab=3 is not a field prep writes"),
+    ({"history": [{"version": 1, "rows_added": 3, "rows_moved": 1}]}, "history.rows_moved=1 is not a field prep writes"),
+])
+def test_a_tokenizer_or_step_field_prep_does_not_write_is_refused(change, named):
+    with pytest.raises(PrepError) as err:
+        TableMetadata.from_json({**TEXT, **change}, "t.lance")
+    assert str(err.value).startswith(f"t.lance: prep table metadata {named}")
+
+
+def test_tables_written_before_the_records_still_read():
+    """An image table from before ``source_kind``/``decoder`` were written, and a source whose counts hold formats."""
+    old = {"format": TABLE_FORMAT, "prep_version": "0.0.9", "kind": "images", "labels": ["ants"],
+           "image": {"shape": [8, 8, 3], "layout": "HWC", "dtype": "uint8"}, "counts": {"rows_written": 2},
+           "sources": [{"uri": "/d/a.tar", "key": "a.tar", "size": 9, "mtime": "1.0",
+                        "counts": {"rows_read": 2, "format:JPEG": 2, "decoded_with_pil": 0}}]}
+    meta = TableMetadata.from_json(old, "old.lance")
+    assert meta.images == ImageTableInfo(labels=("ants",)) and meta.counts == Counts(rows_written=2)
+    assert meta.sources[0].counts == Counts(rows_read=2, formats={"JPEG": 2})
+    assert meta.history[0].rows_added == 2  # no history: one step made all of it

@@ -25,7 +25,7 @@ existed reads as one step.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Mapping, TypeAlias, get_args, overload
 
 from prep.contracts.counts import Counts
@@ -63,6 +63,12 @@ def _int(where: str, name: str, value: Any, *, low: int = 0, optional: bool = Fa
     return value
 
 
+def _known(where: str, name: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise _fail(where, f"{name}.{unknown[0]}={raw[unknown[0]]!r} is not a field prep writes (one of {list(known)})")
+
+
 def _token_id(where: str, name: str, value: Any) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise _fail(where, f"{name}={value!r} must be a token id: an integer >= 0")
@@ -89,6 +95,7 @@ class TokenizerInfo:
     def from_json(cls, raw: Any, where: str) -> TokenizerInfo:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
             raise _fail(where, f"tokenizer={raw!r} must be an object with a name")
+        _known(where, "tokenizer", raw, ("name", "hash", "vocab_size", "bos_id", "eos_id", "pad_id"))
         vocab = _int(where, "tokenizer.vocab_size", raw.get("vocab_size"), low=1, optional=True)
         ids = {k: _token_id(where, f"tokenizer.{k}", raw.get(k)) for k in ("bos_id", "eos_id", "pad_id")}
         for k, v in ids.items():
@@ -143,6 +150,7 @@ class Step:
     def from_json(cls, raw: Any, where: str) -> Step:
         if not isinstance(raw, Mapping):
             raise _fail(where, f"history entry {raw!r} must be an object")
+        _known(where, "history", raw, tuple(f.name for f in fields(cls)))
         files = {k: raw.get(k) or [] for k in ("added", "replaced", "removed")}
         for k, v in files.items():
             if not isinstance(v, list) or not all(isinstance(u, str) for u in v):
