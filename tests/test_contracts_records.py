@@ -28,7 +28,7 @@ def test_counts_round_trip_and_write_zero_only_for_the_five_every_table_has():
     raw = counts.to_json()
     assert raw == {"rows_read": 5, "rows_accepted": 4, "rows_rejected": 1, "rows_written": 4, "files_rejected": 0,
                    "tokens": 90, "format:GIF": 3, "format:PNG": 1}
-    assert Counts.from_json(raw, "t") == counts and set(REQUIRED_COUNTS) <= set(Counts().to_json())
+    assert Counts.from_json(raw, "t:") == counts and set(REQUIRED_COUNTS) <= set(Counts().to_json())
 
 
 def test_counts_add_and_take_away_field_by_field():
@@ -50,7 +50,7 @@ def test_counts_add_and_take_away_field_by_field():
 ])
 def test_bad_counts_are_one_line_naming_the_field(raw, named):
     with pytest.raises(PrepError) as err:
-        Counts.from_json(raw, "t")
+        Counts.from_json(raw, "t:")
     assert str(err.value).startswith(named) and "\n" not in str(err.value)
 
 
@@ -60,7 +60,7 @@ def test_a_table_s_counts_are_typed_and_a_key_prep_does_not_write_is_refused():
     assert TableMetadata.from_json(meta.to_json(), "t.lance") == meta
     with pytest.raises(PrepError, match=r"^t.lance: prep table metadata colour='red' is not a field prep writes"):
         TableMetadata.from_json({**TEXT, "colour": "red"}, "t.lance")
-    with pytest.raises(PrepError, match=r"^t.lance: prep table metadata: counts.tokens=-1 must be an integer >= 0"):
+    with pytest.raises(PrepError, match=r"^t.lance: prep table metadata counts.tokens=-1 must be an integer >= 0"):
         TableMetadata.from_json({**TEXT, "counts": {"tokens": -1}}, "t.lance")
 
 

@@ -63,24 +63,24 @@ class Counts:
 
     @classmethod
     def from_json(cls, raw: Any, where: str) -> Counts:
-        """The counts ``raw`` (a flat object of integers >= 0) gives; one error naming ``where`` and the key otherwise.
+        """The counts ``raw`` (a flat object of integers >= 0) gives; one error starting with ``where`` and naming the key otherwise.
 
-        >>> Counts.from_json({"rows_read": 3, "format:JPEG": 2}, "t").formats
+        >>> Counts.from_json({"rows_read": 3, "format:JPEG": 2}, "t:").formats
         {'JPEG': 2}
-        >>> Counts.from_json({"rows_read": "3"}, "t")
+        >>> Counts.from_json({"rows_read": "3"}, "t.lance: prep table metadata")
         Traceback (most recent call last):
-        prep.errors.PrepError: t: counts.rows_read='3' must be an integer >= 0
+        prep.errors.PrepError: t.lance: prep table metadata counts.rows_read='3' must be an integer >= 0
         """
         if not isinstance(raw, Mapping):
-            raise PrepError(f"{where}: counts={raw!r} must be an object of integers >= 0")
+            raise PrepError(f"{where} counts={raw!r} must be an object of integers >= 0")
         given: dict[str, int] = {}
         formats: dict[str, int] = {}
         for key, value in raw.items():
             if not isinstance(key, str) or not (key in _NAMES or key.startswith(FORMAT_PREFIX)):
-                raise PrepError(f"{where}: counts.{key}={value!r} is not a count prep keeps "
+                raise PrepError(f"{where} counts.{key}={value!r} is not a count prep keeps "
                                 f"(one of {', '.join(_NAMES)}, {FORMAT_PREFIX}<NAME>)")
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise PrepError(f"{where}: counts.{key}={value!r} must be an integer >= 0")
+                raise PrepError(f"{where} counts.{key}={value!r} must be an integer >= 0")
             if key.startswith(FORMAT_PREFIX):
                 formats[key[len(FORMAT_PREFIX):]] = value
             else:

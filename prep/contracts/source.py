@@ -88,7 +88,7 @@ class SourceEntry:
                     raise fail(name, raw[name], "an integer >= 0")
                 out[name] = raw[name]
         if raw.get("counts") is not None:
-            out["counts"] = Counts.from_json(raw["counts"], f"{where}: prep table metadata sources entry {uri}")
+            out["counts"] = Counts.from_json(raw["counts"], f"{where}: prep table metadata sources entry {uri}:")
         for name in ("data_files", "reject_files"):
             if raw.get(name) is not None:
                 if not isinstance(raw[name], list) or not all(isinstance(p, str) for p in raw[name]):

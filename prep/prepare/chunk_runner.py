@@ -106,7 +106,7 @@ def _run_chunk(
         rej = lance_tables.write_fragments(
             rejects_table(out.rejects), rejects_uri, storage_options=storage_options, fresh=fresh
         ) if out.rejects else []
-        counts = Counts.from_json(dict(out.counts), "the worker") + Counts(rejects_written=len(out.rejects))
+        counts = Counts.from_json(dict(out.counts), "the worker's") + Counts(rejects_written=len(out.rejects))
         return pickle.dumps(ChunkResult(index, frags, rej, counts, time.perf_counter() - t0)), None
     except PrepError as exc:
         return None, f"{chunk}: {exc}"
