@@ -172,7 +172,7 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         "config": cfg.model_dump(mode="json", exclude={"s3"}),
         "config_hash": config_hash(cfg),
         "sources": [s.to_json() for s in (growth.kept_sources(sources) if growth else []) + sources],
-        "counts": totals.to_json(),
+        "counts": totals.without_formats().to_json(),  # an image job keeps the formats in its decoder
         "rejects_uri": cfg.rejects_uri,
         "history": [h.to_json() for h in ((prior.metadata.history if prior else ()) + (step,))],
         **job.metadata(plan, totals),

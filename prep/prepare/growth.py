@@ -31,14 +31,15 @@ from pydantic import BaseModel
 from prep.contracts.counts import Counts
 from prep.contracts.file_index import IndexRow
 from prep.contracts.source import SourceEntry
-from prep.contracts.table import TableMetadata, read_table_metadata
+from prep.contracts.images import ImageTableInfo
+from prep.contracts.table import TABLE_FORMAT, TableMetadata, read_table_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
 from prep.io.file_index import read_index
 from prep.prepare.listing import IdRoot, ListedFile, id_root_of, with_digest
 from prep.runtime.config import RUNTIME_KEYS, JobConfig
 
-__all__ = ["Prior", "Selection", "Growth", "read_prior", "MADE_WITH", "rejects_base", "without_sources", "reject_counts"]
+__all__ = ["Prior", "Selection", "Growth", "read_prior", "rejects_base", "without_sources", "reject_counts"]
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,6 @@ Held = SourceEntry | IndexRow  # a file a table holds: a recorded source, or a r
 
 # Config keys that say where the rows go and which files to read, not how rows are made.
 _WHERE_KEYS = frozenset({"input", "output", "rejects"})
-# The job metadata keys that describe how rows are made (a job's metadata() may hold others, e.g. counts).
-MADE_WITH = ("kind", "tokenizer", "seq_len", "image", "encoded", "labels", "source_kind")
 
 
 @dataclass(frozen=True)
@@ -121,12 +120,12 @@ class Prior:
         ours = {k: v for k, v in cfg.model_dump(mode="json", exclude={"s3"}).items() if k not in skip}
         theirs = {k: v for k, v in self.metadata.config.items() if k not in skip}
         defaults = _defaults(type(cfg))  # a key the table's prep did not have yet: it made rows as the default does
-        recorded = self.metadata.to_json()
         pairs = [(f"config {k}", theirs.get(k, defaults.get(k)), ours.get(k)) for k in sorted(set(ours) | set(theirs))]
-        pairs += [(k, recorded.get(k), made_with.get(k)) for k in MADE_WITH if k in made_with]
+        job = TableMetadata.from_json({"format": TABLE_FORMAT, "prep_version": "", **made_with}, "this job's")
+        pairs += [(k, _made_with(self.metadata)[k], now) for k, now in _made_with(job).items()]
         for name, was, now in pairs:
             if name == "labels" and was != now:
-                _check_labels_grow(self.uri, was or [], now or [])
+                _check_labels_grow(self.uri, list(was or []), list(now or []))
             elif was != now:
                 raise PrepError(f"{self.uri} was made with {name}={_short(was)}, this job has {_short(now)}: appending would mix "
                                 "rows of two configs; append with the table's config, or prepare anew with --overwrite")
@@ -213,6 +212,14 @@ def _check_labels_grow(uri: str, was: list[str], now: list[str]) -> None:
     raise PrepError(f"{uri} has classes {_short(was)} (label 0-{len(was) - 1}); the new class {new[0]!r} sorts before {was[-1]!r}, "
                     f"so a from-scratch run would renumber them to {_short(now)}: prepare all the images anew with --overwrite "
                     f"(labels: in the config pins the numbering, new classes listed last), or name the new class so it sorts after {was[-1]!r}")
+
+
+def _made_with(meta: TableMetadata) -> dict[str, Any]:
+    """What in a table's metadata says how its rows were made (its counts, decoder and sources do not), in JSON form."""
+    images = meta.images or ImageTableInfo()
+    return {"kind": meta.kind, "tokenizer": meta.tokenizer.to_json() if meta.tokenizer else None, "seq_len": meta.seq_len,
+            "image": meta.image.to_json() if meta.image else None, "encoded": images.encoded.to_json() if images.encoded else None,
+            "labels": list(images.labels), "source_kind": images.source_kind}
 
 
 def _defaults(model: type[BaseModel]) -> dict[str, Any]:

@@ -58,8 +58,7 @@ class ImagesJob:
             labels=tuple(plan.details["labels"].names or ()), source_kind=plan.details["source_kind"],
             encoded=EncodedInfo(format=cfg.encode, quality=cfg.quality, shape=cfg.shape) if cfg.encode != "none" else None,
             decoder=DecoderInfo(library=f"torchvision {_version('torchvision')}", fallback="Pillow", formats=dict(counts.formats)))
-        return {"kind": "images", "image": ImageInfo(shape=cfg.shape).to_json() if cfg.store_pixels else None,
-                **images.to_json(), "counts": counts.without_formats().to_json()}
+        return {"kind": "images", "image": ImageInfo(shape=cfg.shape).to_json() if cfg.store_pixels else None, **images.to_json()}
 
     def summary(self, plan: ChunkPlan, counts: Counts) -> dict[str, Any]:
         return {"source_kind": plan.details["source_kind"], "shape": list(self.cfg.shape),
