@@ -101,7 +101,7 @@ from prep.io import storage
 from prep.prepare.isolation import stop_sandboxes
 from prep.prepare.text.formats import Segments, SFTFormatter
 from prep.prepare.text.pretokenize import PretokenizeConfig, TextJob, run_pretokenize
-from prep.prepare.text.sources import read_chunk
+from prep.prepare.text.readers import read_chunk
 
 def cpu():
     return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)

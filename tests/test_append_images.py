@@ -24,7 +24,7 @@ from PIL import Image
 from conftest import REPO
 from prep.cli import main
 from prep.contracts.checksums import read_checksums
-from prep.contracts.file_index import read_index
+from prep.io.file_index import read_index
 from prep.errors import PrepError
 from prep.io import storage
 from prep.io.table_checksums import check_table

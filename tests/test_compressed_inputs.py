@@ -9,7 +9,8 @@ import pytest
 import zstandard
 
 from prep.errors import PrepError
-from prep.prepare.text.sources import list_sources, plan_chunks, read_chunk
+from prep.prepare.text.readers import read_chunk
+from prep.prepare.text.sources import list_sources, plan_chunks
 
 CODECS = {".gz": gzip.compress, ".zst": lambda b: zstandard.ZstdCompressor().compress(b), ".bz2": bz2.compress}
 

@@ -52,7 +52,7 @@ def test_text_metadata_round_trips_into_every_reader(text_table):
     ds = lance.dataset(text_table)
     meta = read_table_metadata(ds, text_table)
     assert meta.format == TABLE_FORMAT and meta.kind == "sft" and meta.tokenizer is not None
-    assert meta.counts["rows_read"] == 30 and meta.tokenizer.eos_id == 2
+    assert meta.counts.rows_read == 30 and meta.tokenizer.eos_id == 2
     assert TableMetadata.from_json(meta.to_json(), "again") == meta  # the JSON form is lossless
     spec = spec_from_metadata(meta)
     assert spec.kind == "sft" and spec.pad_id == meta.tokenizer.pad_or_eos
@@ -68,7 +68,7 @@ def test_text_metadata_round_trips_into_every_reader(text_table):
 def test_image_metadata_round_trips_into_every_reader(image_table):
     meta = read_table_metadata(lance.dataset(image_table), image_table)
     assert meta.kind == "images" and meta.image is not None and meta.image.shape == (224, 224, 3)
-    assert list(meta.extra["labels"]) == ["ants", "bees"] and meta.tokenizer is None
+    assert meta.images is not None and meta.images.labels == ("ants", "bees") and meta.tokenizer is None
     assert TableMetadata.from_json(meta.to_json(), "again") == meta
     assert spec_from_metadata(meta).image_shape == (224, 224, 3)
     assert inspect_path(image_table)["image"]["shape"] == [224, 224, 3]
@@ -98,7 +98,8 @@ def test_a_foreign_table_has_no_metadata_and_a_rejects_table_is_not_a_prepared_t
 
 SOURCE_ENTRIES = [
     {"uri": "/d/a.jsonl", "key": "a.jsonl", "size": 10, "mtime": "1796290857.7", "stamp": "5578811:1796290857.7",
-     "digest": "sha256:ab", "counts": {"rows_read": 3, "rows_written": 2}, "data_files": ["x.lance"], "reject_files": []},
+     "digest": "sha256:ab", "counts": {"rows_read": 3, "rows_accepted": 2, "rows_rejected": 1, "rows_written": 2,
+     "files_rejected": 0, "tokens": 17, "format:JPEG": 2}, "data_files": ["x.lance"], "reject_files": []},
     {"uri": "s3://b/in/s0.tar", "key": "b/in/s0.tar", "size": 4, "mtime": "2026-01-01 00:00:00+00:00", "etag": "9e1"},
     {"uri": "/d/m.csv", "key": "m.csv", "size": 5, "mtime": "1.0", "rows": 7},
     {"uri": "/d/photos", "files": 245, "bytes": 1234},
@@ -117,7 +118,8 @@ def test_a_source_entry_round_trips_through_its_parser(raw):
 @pytest.mark.parametrize("raw,message", [
     ({"size": 3}, "must be an object with a uri"),
     ({"uri": "/a", "size": -1}, r"entry /a: size=-1 must be an integer >= 0"),
-    ({"uri": "/a", "counts": {"rows_read": "3"}}, r"counts=.* must be an object of integers >= 0"),
+    ({"uri": "/a", "counts": {"rows_read": "3"}}, r"entry /a: counts.rows_read='3' must be an integer >= 0"),
+    ({"uri": "/a", "counts": {"rows_red": 3}}, r"entry /a: counts.rows_red=3 is not a count prep keeps"),
     ({"uri": "/a", "data_files": "x.lance"}, r"data_files='x.lance' must be a list of paths"),
     ({"uri": "/a", "sizes": 3}, r"sizes=3 must be one of the known fields"),
 ])

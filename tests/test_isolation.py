@@ -69,7 +69,7 @@ _CRASHING_JOB = textwrap.dedent(
     out = sys.argv[1]
     init_ray(num_cpus=2)
     results = run_chunks([["a", "b"], ["c", "segv", "d"], ["e"]], Worker(), output_uri=out + "/t.lance", rejects_uri=out + "/r.lance")
-    print(json.dumps([dict(r.counts) for r in results]))
+    print(json.dumps([r.counts.to_json() for r in results]))
     """
 )
 
@@ -104,7 +104,7 @@ def test_a_death_the_item_alone_does_not_cause_again_rejects_nothing_and_is_coun
                          output_uri=str(tmp_path / "t.lance"), rejects_uri=str(tmp_path / "r.lance"))
     assert (tmp_path / "died").exists()
     (result,) = results
-    assert (result.counts["rows_written"], result.counts["rows_rejected"], result.counts["chunk_restarts"]) == (4, 0, 1)
+    assert (result.counts.rows_written, result.counts.rows_rejected, result.counts.chunk_restarts) == (4, 0, 1)
     assert result.reject_fragments == []
     ds = lance_tables.commit_table(str(tmp_path / "t.lance"), pa.schema([("item", pa.string())]), result.fragments)
     assert ds.to_table().column("item").to_pylist() == ["a", "b", "c", "d"]
@@ -121,7 +121,7 @@ def test_the_sandbox_imports_the_code_its_parent_runs_not_a_prep_folder_in_the_c
     stop_sandboxes()  # the next chunk starts a fresh one, from here
     (result,) = run_chunks([["a", "b"]], DiesOnce("not an item", str(tmp_path / "died")), executor="local", local_workers=1,
                            output_uri=str(tmp_path / "t.lance"), rejects_uri=str(tmp_path / "r.lance"))
-    assert (result.counts["rows_written"], result.counts["chunk_restarts"]) == (2, 0)
+    assert (result.counts.rows_written, result.counts.chunk_restarts) == (2, 0)
 
 
 def test_a_crash_restarts_the_sandbox_from_its_zygote_not_from_a_fresh_interpreter():
@@ -259,7 +259,7 @@ def test_a_ray_worker_that_dies_is_retried_at_most_max_task_retries_times(retrie
     cloudpickle.register_pickle_by_value(dying_worker)  # Ray's workers do not have tests/ on their path
     try:
         if retries:
-            assert [r.counts["rows_written"] for r in run()] == [2, 1]
+            assert [r.counts.rows_written for r in run()] == [2, 1]
         else:
             with pytest.raises(PrepError, match=r"a Ray task failed after 0 retries \(max_task_retries\)"):
                 run()

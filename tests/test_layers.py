@@ -33,10 +33,9 @@ ALSO_ALLOWED = {("reader", "cache")}  # the reader fetches through the cache (it
 # The root package (prep/__init__.py, __main__.py) is loaded before any of its modules and imports its names
 # lazily, so ``import prep`` (for __version__) is no edge, and the root may import any folder.
 ROOT = "prep"
-# Imports against the order that a change under way removes (contracts/file_index.py still reads and writes its
-# parquet files through prep.io): named here, module by module, so nothing joins them, and checked to be still
-# there, so each entry goes when its import does.
-PENDING = {"prep/contracts/file_index.py": "io"}
+# Sizes past which a module or a class does more than one job (docs/architecture.md, "Package layout").
+MAX_MODULE_LINES = 450
+MAX_CLASS_LINES = 220
 
 
 def _folder(path: Path) -> str:
@@ -69,12 +68,8 @@ def import_graph() -> dict[str, dict[str, set[str]]]:
 
 
 def checked_graph() -> dict[str, dict[str, set[str]]]:
-    """:func:`import_graph` without the :data:`PENDING` imports (and without the root package's)."""
-    graph = import_graph()
-    for module, target in PENDING.items():
-        assert module in graph[_folder(REPO / module)][target], f"{module} no longer imports prep.{target}: remove it from PENDING"
-    kept = {s: {t: m - {k for k, v in PENDING.items() if v == t} for t, m in targets.items()} for s, targets in graph.items()}
-    return {s: {t: m for t, m in targets.items() if m} for s, targets in kept.items() if s != ROOT}
+    """:func:`import_graph` without the root package's imports."""
+    return {s: targets for s, targets in import_graph().items() if s != ROOT}
 
 
 def _rank() -> dict[str, int]:
@@ -156,3 +151,15 @@ def test_importing_the_reader_loads_no_part_of_the_materialize_stage():
         seen.add(module)
         todo += _loaded_at_import(source)
     assert not sorted(m for m in seen if m.startswith("prep.materialize"))
+
+
+def test_no_module_or_class_is_past_its_size():
+    big = []
+    for path in sorted(PREP.rglob("*.py")):
+        text = path.read_text()
+        if (lines := text.count("\n")) > MAX_MODULE_LINES:
+            big.append(f"{path.relative_to(REPO)}: {lines} lines")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, ast.ClassDef) and (length := node.end_lineno - node.lineno + 1) > MAX_CLASS_LINES:
+                big.append(f"{path.relative_to(REPO)}: class {node.name}, {length} lines")
+    assert not big, f"past {MAX_MODULE_LINES} lines a module or {MAX_CLASS_LINES} a class:\n" + "\n".join(big)

@@ -171,6 +171,7 @@ def test_row_accounting_catches_a_worker_whose_counts_disagree_with_its_output(l
     """Each side is counted where it happens, so one wrong count fails the job before the table commit."""
     import pyarrow as pa
 
+    from prep.contracts.counts import Counts
     from prep.prepare.driver import commit_and_reconcile
     from prep.prepare.chunk_runner import ChunkResult
     from prep.prepare.rejects import Reject, rejects_table
@@ -179,8 +180,9 @@ def test_row_accounting_catches_a_worker_whose_counts_disagree_with_its_output(l
     table = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
     frags = lance_tables.write_fragments(table, out)
     rej_frags = lance_tables.write_fragments(rejects_table([Reject("f", "line 4", "bad")]), rej)
-    counts = {"rows_read": 4, "rows_accepted": 3, "rows_rejected": 1, "rows_written": 3, "files_rejected": 0}
-    counts[lie] += 1
+    raw = {"rows_read": 4, "rows_accepted": 3, "rows_rejected": 1, "rows_written": 3, "files_rejected": 0}
+    raw[lie] += 1
+    counts = Counts.from_json(raw, "the test's worker")
     with pytest.raises(PrepError, match="row accounting failed"):
         commit_and_reconcile([ChunkResult(0, frags, rej_frags, counts, 0.0)], counts, schema=table.schema, metadata={},
                              output=out, rejects=rej, s3=None, max_reject_fraction=1.0)

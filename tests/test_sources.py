@@ -6,7 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from prep.errors import PrepError
-from prep.prepare.text.sources import list_sources, plan_chunks, read_chunk
+from prep.prepare.text.readers import read_chunk
+from prep.prepare.text.sources import list_sources, plan_chunks
 
 
 def lines_file(tmp_path, n=200):

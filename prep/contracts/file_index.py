@@ -11,27 +11,72 @@ holds is one scan of those files, a later step's entry winning (``--update``); a
 file's rows (it moved, or went with ``--remove-missing``) lists it with ``removed`` set. No data file is
 ever rewritten, Lance's own cleanup leaves the folder alone, and an ``--overwrite`` drops the
 files its new history no longer names.
+
+This module holds the row (:class:`IndexRow`), the file's columns and its name; reading and
+writing the files is :mod:`prep.io.file_index`.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from prep.contracts.source import SourceEntry
-from prep.io import storage
+from prep.errors import PrepError
 
-__all__ = ["INDEX_DIR", "index_path", "write_index", "read_index", "drop_unreferenced"]
+__all__ = ["INDEX_DIR", "INDEX_NAME", "SCHEMA", "ADDED_LATER", "IndexRow", "index_path", "check_schema"]
 
 INDEX_DIR = "_prep_files"
-_INDEX_NAME = re.compile(r"v[0-9]+\.parquet")  # index_path's names
+INDEX_NAME = re.compile(r"v[0-9]+\.parquet")  # index_path's names
 
-_SCHEMA = pa.schema([("uri", pa.string()), ("key", pa.string()), ("size", pa.int64()), ("mtime", pa.string()), ("etag", pa.string()),
-                     ("stamp", pa.string()), ("digest", pa.string()), ("removed", pa.bool_())])
-_TEXT = ("etag", "stamp", "digest")  # optional identity fields: "" in the file, left out of the entry
+SCHEMA = pa.schema([("uri", pa.string()), ("key", pa.string()), ("size", pa.int64()), ("mtime", pa.string()), ("etag", pa.string()),
+                    ("stamp", pa.string()), ("digest", pa.string()), ("removed", pa.bool_())])
+# Columns an index written before them lacks: read as "" (not known) and False.
+ADDED_LATER = ("stamp", "digest", "removed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexRow:
+    """One file a step read (or, with ``removed``, whose rows it removed).
+
+    Args:
+        uri, key, size, mtime, etag, stamp, digest: the file's identity, as
+            :class:`~prep.contracts.source.SourceEntry` has it ("": not known).
+        removed: the step removed the file's rows (moved, or gone with ``--remove-missing``).
+    """
+
+    uri: str
+    key: str
+    size: int
+    mtime: str
+    etag: str = ""
+    stamp: str = ""
+    digest: str = ""
+    removed: bool = False
+
+    @classmethod
+    def of(cls, entry: SourceEntry) -> IndexRow:
+        """The row of a listed file (:meth:`prep.prepare.listing.ListedFile.describe`).
+
+        >>> IndexRow.of(SourceEntry(uri="/d/a.jpg", key="a.jpg", size=3, mtime="1.5")).key
+        'a.jpg'
+        """
+        if entry.key is None or entry.size is None or entry.mtime is None:
+            raise PrepError(f"file index: {entry.uri} has no id key, size or mtime: only a listed file is indexed")
+        return cls(uri=entry.uri, key=entry.key, size=entry.size, mtime=entry.mtime, etag=entry.etag,
+                   stamp=entry.stamp, digest=entry.digest)
+
+    @classmethod
+    def gone(cls, uri: str) -> IndexRow:
+        """The row saying a step removed the rows of ``uri``."""
+        return cls(uri=uri, key="", size=0, mtime="", removed=True)
+
+    def entry(self) -> SourceEntry:
+        """The file as a table's source entry (what growth compares a listing against)."""
+        return SourceEntry(uri=self.uri, key=self.key, size=self.size, mtime=self.mtime, etag=self.etag,
+                           stamp=self.stamp, digest=self.digest)
 
 
 def index_path(version: int) -> str:
@@ -43,49 +88,24 @@ def index_path(version: int) -> str:
     return f"{INDEX_DIR}/v{version}.parquet"
 
 
-def write_index(table: str, version: int, files: Sequence[SourceEntry], s3: storage.S3Options | None,
-                removed: Sequence[str] = ()) -> str:
-    """Writes ``files`` (as :meth:`prep.prepare.listing.ListedFile.describe` gives them) and the URIs whose rows
-    the step ``removed`` as the index of the step committing ``version`` of ``table``; returns its path
-    relative to the table. A step killed before its commit left the same path: the rerun replaces it."""
-    rel = index_path(version)
-    entries = list(files) + [SourceEntry(uri=u, key="", size=0, mtime="") for u in removed]
-    columns: dict[str, list[Any]] = {name: [getattr(f, name) or ("" if name in _TEXT else None) for f in entries] for name in _SCHEMA.names[:-1]}
-    columns["removed"] = [False] * len(files) + [True] * len(removed)
-    fs, path = storage.filesystem(storage.join(table, rel), s3)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(path, "wb") as out:
-        pq.write_table(pa.table(columns, schema=_SCHEMA), out, compression="zstd")
-    return rel
+def check_schema(schema: pa.Schema, nulls: dict[str, int], where: str) -> None:
+    """Refuses an index whose columns are not :data:`SCHEMA`'s (one missing that was always written, an
+    unknown one, one of another type, or nulls): one error naming the file and the column.
 
-
-def read_index(table: str, paths: Iterable[str], s3: storage.S3Options | None) -> dict[str, SourceEntry]:
-    """The files the indexes at ``paths`` (oldest first) list, by URI; a later index's entry wins, and a
-    file a later step removed is not held. An index written before stamps and digests reads without them."""
-    held: dict[str, SourceEntry] = {}
-    for rel in paths:
-        fs, path = storage.filesystem(storage.join(table, rel), s3)
-        with fs.open(path, "rb") as f:
-            t = pq.read_table(f)
-        n = t.num_rows
-        cols: dict[str, list[Any]] = {name: t.column(name).to_pylist() if name in t.column_names else [None] * n for name in _SCHEMA.names}
-        for i, uri in enumerate(cols["uri"]):
-            if cols["removed"][i]:
-                held.pop(uri, None)
-                continue
-            held[uri] = SourceEntry(uri=uri, key=cols["key"][i], size=cols["size"][i], mtime=cols["mtime"][i],
-                                    **{k: cols[k][i] for k in _TEXT if cols[k][i]})
-    return held
-
-
-def drop_unreferenced(table: str, keep: Iterable[str], s3: storage.S3Options | None) -> None:
-    """Removes the index files of ``table`` (named as :func:`index_path` names them; nothing else in the
-    folder is prep's) that ``keep`` (the paths its history names) does not list."""
-    fs, path = storage.filesystem(storage.join(table, INDEX_DIR), s3)
-    if not fs.exists(path):
-        return
-    wanted = {p.rsplit("/", 1)[-1] for p in keep}
-    for found in fs.ls(path, detail=False):
-        name = found.rstrip("/").rsplit("/", 1)[-1]
-        if _INDEX_NAME.fullmatch(name) and name not in wanted:
-            fs.rm(found)
+    >>> check_schema(pa.schema([("uri", pa.string())]), {}, "v1.parquet")
+    Traceback (most recent call last):
+    prep.errors.PrepError: v1.parquet: file index column key is missing (columns: uri); it is not an index prep wrote
+    """
+    for f in SCHEMA:
+        if f.name not in schema.names:
+            if f.name not in ADDED_LATER:
+                raise PrepError(f"{where}: file index column {f.name} is missing (columns: {', '.join(schema.names)}); "
+                                "it is not an index prep wrote")
+        elif schema.field(f.name).type != f.type:
+            raise PrepError(f"{where}: file index column {f.name} is {schema.field(f.name).type}, not {f.type}; "
+                            "it is not an index prep wrote")
+        elif nulls.get(f.name):
+            raise PrepError(f"{where}: file index column {f.name} has {nulls[f.name]} null(s); it is not an index prep wrote")
+    unknown = [n for n in schema.names if n not in SCHEMA.names]
+    if unknown:
+        raise PrepError(f"{where}: file index column {unknown[0]} is not one prep writes ({', '.join(SCHEMA.names)})")

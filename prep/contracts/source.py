@@ -12,9 +12,9 @@ growth reads them back: all through this type and its one parser, :meth:`SourceE
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from types import MappingProxyType
 from typing import Any, Mapping
 
+from prep.contracts.counts import Counts
 from prep.errors import PrepError
 
 __all__ = ["SourceEntry"]
@@ -48,7 +48,7 @@ class SourceEntry:
     rows: int | None = None
     files: int | None = None
     bytes: int | None = None
-    counts: Mapping[str, int] | None = None
+    counts: Counts | None = None
     data_files: tuple[str, ...] | None = None
     reject_files: tuple[str, ...] | None = None
 
@@ -88,10 +88,7 @@ class SourceEntry:
                     raise fail(name, raw[name], "an integer >= 0")
                 out[name] = raw[name]
         if raw.get("counts") is not None:
-            counts = raw["counts"]
-            if not isinstance(counts, Mapping) or not all(isinstance(k, str) and _is_count(v) for k, v in counts.items()):
-                raise fail("counts", counts, "an object of integers >= 0")
-            out["counts"] = MappingProxyType(dict(counts))
+            out["counts"] = Counts.from_json(raw["counts"], f"{where}: prep table metadata sources entry {uri}:")
         for name in ("data_files", "reject_files"):
             if raw.get(name) is not None:
                 if not isinstance(raw[name], list) or not all(isinstance(p, str) for p in raw[name]):
@@ -106,7 +103,7 @@ class SourceEntry:
             value = getattr(self, f.name)
             if value is None or value == "":
                 continue
-            out[f.name] = dict(value) if f.name == "counts" else list(value) if isinstance(value, tuple) else value
+            out[f.name] = value.to_json() if isinstance(value, Counts) else list(value) if isinstance(value, tuple) else value
         return out
 
 

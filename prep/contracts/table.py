@@ -25,10 +25,11 @@ existed reads as one step.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Mapping, TypeAlias, get_args, overload
 
+from prep.contracts.counts import Counts
+from prep.contracts.images import IMAGE_TABLE_KEYS, ImageInfo, ImageTableInfo
 from prep.contracts.source import SourceEntry
 from prep.errors import PrepError
 
@@ -43,7 +44,7 @@ TEXT_KINDS: tuple[str, ...] = ("sft", "pretrain", "packed")
 # What a JSON document holds: the config and a job's own keys are kept as written.
 JsonValue: TypeAlias = "str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]"
 _FIELDS = {"format", "prep_version", "kind", "config", "config_hash", "sources", "counts", "rejects_uri",
-           "tokenizer", "seq_len", "image", "history", "inferred"}
+           "tokenizer", "seq_len", "image", "history", "inferred", *IMAGE_TABLE_KEYS}
 
 
 def _fail(where: str, what: str) -> PrepError:
@@ -60,6 +61,12 @@ def _int(where: str, name: str, value: Any, *, low: int = 0, optional: bool = Fa
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise _fail(where, f"{name}={value!r} must be an integer >= {low}")
     return value
+
+
+def _known(where: str, name: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise _fail(where, f"{name}.{unknown[0]}={raw[unknown[0]]!r} is not a field prep writes (one of {list(known)})")
 
 
 def _token_id(where: str, name: str, value: Any) -> int | None:
@@ -88,6 +95,7 @@ class TokenizerInfo:
     def from_json(cls, raw: Any, where: str) -> TokenizerInfo:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
             raise _fail(where, f"tokenizer={raw!r} must be an object with a name")
+        _known(where, "tokenizer", raw, ("name", "hash", "vocab_size", "bos_id", "eos_id", "pad_id"))
         vocab = _int(where, "tokenizer.vocab_size", raw.get("vocab_size"), low=1, optional=True)
         ids = {k: _token_id(where, f"tokenizer.{k}", raw.get(k)) for k in ("bos_id", "eos_id", "pad_id")}
         for k, v in ids.items():
@@ -98,28 +106,6 @@ class TokenizerInfo:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "hash": self.hash, "vocab_size": self.vocab_size,
                 "bos_id": self.bos_id, "eos_id": self.eos_id, "pad_id": self.pad_id}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImageInfo:
-    """The pixel layout of an image table's ``image`` column."""
-
-    shape: tuple[int, int, int]
-    layout: Literal["HWC"] = "HWC"
-    dtype: Literal["uint8"] = "uint8"
-
-    @classmethod
-    def from_json(cls, raw: Any, where: str) -> ImageInfo:
-        shape = raw.get("shape") if isinstance(raw, Mapping) else None
-        if (not isinstance(shape, (list, tuple)) or len(shape) != 3
-                or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in shape)):
-            raise _fail(where, f"image={raw!r} must give shape [H, W, C] of positive integers")
-        if raw.get("layout", "HWC") != "HWC" or raw.get("dtype", "uint8") != "uint8":
-            raise _fail(where, f"image={raw!r} must have layout HWC and dtype uint8")
-        return cls(shape=(shape[0], shape[1], shape[2]))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "layout": self.layout, "dtype": self.dtype}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +150,7 @@ class Step:
     def from_json(cls, raw: Any, where: str) -> Step:
         if not isinstance(raw, Mapping):
             raise _fail(where, f"history entry {raw!r} must be an object")
+        _known(where, "history", raw, tuple(f.name for f in fields(cls)))
         files = {k: raw.get(k) or [] for k in ("added", "replaced", "removed")}
         for k, v in files.items():
             if not isinstance(v, list) or not all(isinstance(u, str) for u in v):
@@ -222,14 +209,15 @@ class TableMetadata:
         prep_version: the prep that wrote it.
         config: the resolved job config (secrets left out); ``config_hash`` its hash.
         sources: provenance of every input (:class:`~prep.contracts.source.SourceEntry`).
-        counts: rows read/written/rejected, tokens... as counted by the job.
+        counts: rows read/written/rejected, tokens... as counted by the job (:class:`~prep.contracts.counts.Counts`).
         rejects_uri: where its rejects table is.
         tokenizer: text tables: the tokenizer's identity and special ids.
         seq_len: packed tables: the row length.
         image: image tables that store pixels: their shape.
         history: the steps that made the table, oldest first (one for a table written before
             steps were recorded).
-        extra: a job's own keys (labels, encoded, decoder...), kept as written.
+        images: image tables prep wrote: their labels, source kind, encoding and decoder
+            (:class:`~prep.contracts.images.ImageTableInfo`).
         inferred: None for a table prep wrote; for one it did not, what prep inferred from its
             columns, in one sentence (:mod:`prep.contracts.foreign`).
     """
@@ -239,37 +227,29 @@ class TableMetadata:
     config: Mapping[str, JsonValue] = field(default_factory=dict)
     config_hash: str = ""
     sources: tuple[SourceEntry, ...] = ()
-    counts: Mapping[str, int] = field(default_factory=dict)
+    counts: Counts = field(default_factory=Counts)
     rejects_uri: str = ""
     tokenizer: TokenizerInfo | None = None
     seq_len: int | None = None
     image: ImageInfo | None = None
     history: tuple[Step, ...] = ()
-    extra: Mapping[str, JsonValue] = field(default_factory=dict)
+    images: ImageTableInfo | None = None
     format: str = TABLE_FORMAT
     inferred: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
-
-    def __getstate__(self) -> dict[str, Any]:
-        """``extra`` as a plain dict: a mapping proxy does not pickle, and DataLoader workers get the reader by pickle."""
-        return {**self.__dict__, "extra": dict(self.extra)}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__post_init__()
 
     @classmethod
     def from_json(cls, raw: Any, where: str) -> TableMetadata:
         """Parses the ``prep`` metadata of the table at ``where``.
 
         Raises:
-            PrepError: a newer format, an unknown kind, or a field of the wrong type
-                or out of range, naming the table and the field.
+            PrepError: a newer format, an unknown kind, a key prep does not write, or a field of
+                the wrong type or out of range, naming the table and the field.
         """
         if not isinstance(raw, Mapping):
             raise _fail(where, f"must be a JSON object, not {type(raw).__name__}")
+        unknown = sorted(set(raw) - _FIELDS)
+        if unknown:
+            raise _fail(where, f"{unknown[0]}={raw[unknown[0]]!r} is not a field prep writes (one of {sorted(_FIELDS)})")
         fmt = raw.get("format")
         if fmt != TABLE_FORMAT:
             raise PrepError(f"{where} was written in format {fmt!r} by prep {raw.get('prep_version', '?')}; "
@@ -277,10 +257,7 @@ class TableMetadata:
         kind = raw.get("kind")
         if kind not in KINDS:
             raise _fail(where, f"kind={kind!r} must be one of {list(KINDS)}")
-        counts = raw.get("counts") or {}
-        if not isinstance(counts, Mapping):
-            raise _fail(where, f"counts={counts!r} must be an object")
-        counts = {str(k): _int(where, f"counts.{k}", v) for k, v in counts.items() if not isinstance(v, Mapping)}
+        counts = Counts.from_json(raw.get("counts") or {}, f"{where}: prep table metadata")
         listed = raw.get("sources") or []
         if not isinstance(listed, list):
             raise _fail(where, "sources must be a list of objects")
@@ -303,7 +280,7 @@ class TableMetadata:
             steps: tuple[Step, ...] = ()
         elif history is None:  # written before steps were recorded: one step made all of it
             steps = (Step(version=None, added=tuple(s.uri for s in sources),
-                          rows_added=counts.get("rows_written", 0), tokens_added=counts.get("tokens", 0)),)
+                          rows_added=counts.rows_written, tokens_added=counts.tokens),)
         elif isinstance(history, list) and history:
             steps = tuple(Step.from_json(h, where) for h in history)
         else:
@@ -311,15 +288,16 @@ class TableMetadata:
         return cls(kind=kind, prep_version=str(raw.get("prep_version", "?")), config=config,
                    config_hash=str(raw.get("config_hash", "")), sources=sources, counts=counts,
                    rejects_uri=str(raw.get("rejects_uri", "")), tokenizer=tokenizer, seq_len=seq_len, image=image,
-                   history=steps, extra={k: v for k, v in raw.items() if k not in _FIELDS}, inferred=inferred)
+                   history=steps, inferred=inferred,
+                   images=ImageTableInfo.from_json(raw, where) if any(k in raw for k in IMAGE_TABLE_KEYS) else None)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object stored in the table (and in a manifest's ``source.metadata``)."""
         return {
-            **self.extra,
+            **(self.images.to_json() if self.images else {}),
             "format": self.format, "prep_version": self.prep_version, "kind": self.kind,
             "config": dict(self.config), "config_hash": self.config_hash, "sources": [s.to_json() for s in self.sources],
-            "counts": dict(self.counts), "rejects_uri": self.rejects_uri,
+            "counts": self.counts.to_json(), "rejects_uri": self.rejects_uri,
             "tokenizer": self.tokenizer.to_json() if self.tokenizer else None, "seq_len": self.seq_len,
             "image": self.image.to_json() if self.image else None,
             "history": [h.to_json() for h in self.history],

@@ -20,8 +20,7 @@ import json
 import os
 import pickle
 import time
-from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
@@ -29,14 +28,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import prep
+from prep.contracts.counts import REQUIRED_COUNTS, Counts
 from prep.io.claims import claim_outputs
 from prep.io.lease import hold
 from prep.contracts.table import TABLE_FORMAT, Step, TableMetadata, read_table_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
 from prep.prepare import faults
-from prep.prepare.chunk_runner import ChunkResult, drop_old_versions
-from prep.prepare.driver import REQUIRED_COUNTS, check_apart, commit_and_reconcile, rejects_without_table
+from prep.prepare.chunk_runner import ChunkResult, drop_old_versions, total_counts
+from prep.prepare.driver import check_apart, commit_and_reconcile, rejects_without_table
 from prep.prepare.growth import Growth, read_prior
 from prep.prepare.rejects import REJECTS_SCHEMA, Reject, rejects_table
 from prep.runtime.config import JobConfig, S3Config, config_hash
@@ -123,19 +123,14 @@ def _write_block(block: pa.Table, *, output: str, rejects: str, output_options: 
     frags = lance_tables.write_fragments(data, output, storage_options=output_options) if data.num_rows else []
     rej_frags = lance_tables.write_fragments(rej, rejects, storage_options=rejects_options) if rej.num_rows else []
     source_rows = block.column(ROWS_COLUMN)
-    counts = {
-        "rows_read": int(pc.sum(source_rows).as_py() or 0),
-        "rows_accepted": int(pc.sum(kept.column(ROWS_COLUMN)).as_py() or 0),
-        "rows_rejected": rej.num_rows,
-        "rows_written": data.num_rows,
-        "files_rejected": 0,
-    }
+    counts = Counts(rows_read=int(pc.sum(source_rows).as_py() or 0), rows_accepted=int(pc.sum(kept.column(ROWS_COLUMN)).as_py() or 0),
+                    rows_rejected=rej.num_rows, rows_written=data.num_rows)
     if "length" in schema.names:
-        counts["tokens"] = int(pc.sum(data.column("length")).as_py() or 0)
-        counts["tokens_trained"] = int(pc.sum(pc.list_flatten(data.column("loss_mask"))).as_py() or 0) if data.num_rows else 0
+        counts = replace(counts, tokens=int(pc.sum(data.column("length")).as_py() or 0),
+                         tokens_trained=int(pc.sum(pc.list_flatten(data.column("loss_mask"))).as_py() or 0) if data.num_rows else 0)
     first_reject = f"{rej.column('source')[0].as_py()}\0{rej.column('position')[0].as_py()}" if rej.num_rows else "\uffff"
     return pa.Table.from_pylist([{
-        "fragments": pickle.dumps(frags), "reject_fragments": pickle.dumps(rej_frags), "counts": json.dumps(counts),
+        "fragments": pickle.dumps(frags), "reject_fragments": pickle.dumps(rej_frags), "counts": json.dumps(counts.to_json()),
         "meta": meta, "first_id": int(data.column("id")[0].as_py()) if data.num_rows else _NO_ID,
         "first_reject": first_reject, "seconds": time.perf_counter() - t0,
     }], schema=_RESULT_SCHEMA)
@@ -218,12 +213,9 @@ def _commit(written: list[dict[str, Any]], *, output: str, rejects: str, mode: s
         raise PrepError(f"the dataset gave no rows, so {output} was not written: check the pipeline's input and filters")
     job = _Job.of(jobs[0])
     ordered = sorted(written, key=lambda w: (w["first_id"], w["first_reject"]))
-    results = [ChunkResult(i, pickle.loads(w["fragments"]), pickle.loads(w["reject_fragments"]), Counter(json.loads(w["counts"])), w["seconds"])
-               for i, w in enumerate(ordered)]
-    counts: Counter = Counter(dict.fromkeys(REQUIRED_COUNTS, 0))
-    for r in results:
-        counts.update(r.counts)
-    counts = {k: int(v) for k, v in sorted(counts.items())}
+    results = [ChunkResult(i, pickle.loads(w["fragments"]), pickle.loads(w["reject_fragments"]),
+                           Counts.from_json(json.loads(w["counts"]), "a block's"), w["seconds"]) for i, w in enumerate(ordered)]
+    counts = total_counts(results)
     cfg = job.cfg(output=output, rejects=rejects, overwrite=mode == "overwrite", append=mode == "append")
     opts = storage.lance_storage_options(output, s3)
     version = int(lance_tables.open_table(output, storage_options=opts).latest_version) + 1 if lance_tables.table_exists(output, opts) else 1
@@ -233,12 +225,12 @@ def _commit(written: list[dict[str, Any]], *, output: str, rejects: str, mode: s
     growth = Growth.of(prior, [], rejects) if prior is not None else None
     totals = growth.totals(counts) if growth else counts
     source = f"{RAY_INPUT}#v{version}"  # one Ray Data step: the files it read are the pipeline's, not prep's to list
-    step = Step(version=version, added=(source,), rows_added=counts["rows_written"], tokens_added=counts.get("tokens", 0))
+    step = Step(version=version, added=(source,), rows_added=counts.rows_written, tokens_added=counts.tokens)
     metadata = TableMetadata.from_json({
         "format": TABLE_FORMAT, "prep_version": prep.__version__,
         "config": cfg.model_dump(mode="json", exclude={"s3"}), "config_hash": config_hash(cfg),
-        "sources": [s.to_json() for s in (growth.kept_sources([]) if growth else [])] + [{"uri": source, "counts": counts}],
-        "counts": totals, "rejects_uri": rejects,
+        "sources": [s.to_json() for s in (growth.kept_sources([]) if growth else [])] + [{"uri": source, "counts": counts.to_json()}],
+        "counts": totals.to_json(), "rejects_uri": rejects,
         "history": [h.to_json() for h in ((prior.metadata.history if prior else ()) + (step,))],
         **made_with,
     }, output)
@@ -251,9 +243,9 @@ def _commit(written: list[dict[str, Any]], *, output: str, rejects: str, mode: s
         faults.maybe_raise("commit", "cleaned")
     return {
         "table": output, "rejects": rejects, "kind": metadata.kind, "mode": mode, "blocks": len(results),
-        "step": metadata.history[-1].to_json(), **{k: counts[k] for k in REQUIRED_COUNTS},
-        **({"tokens": counts.get("tokens", 0), "tokens_trained": counts.get("tokens_trained", 0)} if "tokens" in counts else {}),
-        "counts": counts,
+        "step": metadata.history[-1].to_json(), **{k: getattr(counts, k) for k in REQUIRED_COUNTS},
+        **({"tokens": counts.tokens, "tokens_trained": counts.tokens_trained} if metadata.kind != "images" else {}),
+        "counts": counts.to_json(),
         "seconds": {"write": round(seconds["write"], 2), "total": round(time.perf_counter() - seconds["start"], 2),
                     "in_workers": round(sum(r.seconds for r in results), 2)},
     }

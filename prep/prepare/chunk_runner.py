@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 
+from prep.contracts.counts import Counts
 from prep.io import storage
 from prep.runtime.config import JobConfig
 from prep.errors import PrepError, one_line
@@ -41,7 +42,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class ChunkOutput:
     """What a chunk worker returns: rows (a table, or a stream of batches whose reading
-    completes ``rejects`` and ``counts``), rejects and counters."""
+    completes ``rejects`` and ``counts``), rejects and counters (under the names of
+    :class:`~prep.contracts.counts.Counts`'s fields; ``format:<NAME>`` for image formats)."""
 
     table: pa.Table | pa.RecordBatchReader
     rejects: list[Reject] = field(default_factory=list)
@@ -55,7 +57,7 @@ class ChunkResult:
     index: int
     fragments: list[Any]
     reject_fragments: list[Any]
-    counts: Counter
+    counts: Counts
     seconds: float
 
 
@@ -104,8 +106,8 @@ def _run_chunk(
         rej = lance_tables.write_fragments(
             rejects_table(out.rejects), rejects_uri, storage_options=storage_options, fresh=fresh
         ) if out.rejects else []
-        out.counts["rejects_written"] += len(out.rejects)
-        return pickle.dumps(ChunkResult(index, frags, rej, out.counts, time.perf_counter() - t0)), None
+        counts = Counts.from_json(dict(out.counts), "the worker's") + Counts(rejects_written=len(out.rejects))
+        return pickle.dumps(ChunkResult(index, frags, rej, counts, time.perf_counter() - t0)), None
     except PrepError as exc:
         return None, f"{chunk}: {exc}"
     except OSError as exc:  # storage, not prep: its first line says what (Lance's traceback says nothing more)
@@ -146,7 +148,7 @@ def _isolated_chunk(index: int, blob: bytes, limits: Limits, hooks: dict[str, st
         return None, f"{pickle.loads(blob)}: {exc}"
     if restarts and result is not None:
         counted = pickle.loads(result)
-        counted.counts["chunk_restarts"] += restarts
+        counted.counts += Counts(chunk_restarts=restarts)
         result = pickle.dumps(counted)
     return result, error
 
@@ -166,12 +168,9 @@ def start_ray(cfg: JobConfig) -> float:
     return time.perf_counter() - t0
 
 
-def total_counts(results: Iterable[ChunkResult], required: Iterable[str]) -> Counter:
-    """Sums the workers' counters; ``required`` keys are present even when zero."""
-    counts: Counter = Counter(dict.fromkeys(required, 0))
-    for r in results:
-        counts.update(r.counts)  # update(), unlike +, keeps zero counts: the metadata lists them all
-    return counts
+def total_counts(results: Iterable[ChunkResult]) -> Counts:
+    """The sum of the chunks' counts."""
+    return sum((r.counts for r in results), Counts())
 
 
 def drop_old_versions(cfg: JobConfig, s3: storage.S3Options) -> None:

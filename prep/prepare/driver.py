@@ -34,7 +34,6 @@ import dataclasses
 import logging
 import os
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
@@ -44,7 +43,8 @@ import prep
 from prep.io import lance_tables
 from prep.io import storage
 from prep.io.table_checksums import checksums_for
-from prep.contracts.file_index import drop_unreferenced, write_index
+from prep.io.file_index import drop_unreferenced, write_index
+from prep.contracts.counts import REQUIRED_COUNTS, Counts
 from prep.contracts.source import SourceEntry
 from prep.contracts.table import TABLE_FORMAT, RejectsMetadata, Step, TableMetadata, read_metadata
 from prep.runtime.config import JobConfig, config_hash
@@ -63,8 +63,6 @@ __all__ = ["ChunkPlan", "PrepareJob", "run_prepare", "check_apart",
            "rejects_without_table", "commit_and_reconcile"]
 
 log = logging.getLogger(__name__)
-
-REQUIRED_COUNTS = ("rows_read", "rows_accepted", "rows_rejected", "rows_written", "files_rejected")
 
 
 @dataclass
@@ -118,10 +116,10 @@ class PrepareJob(Protocol):
     def schema(self) -> pa.Schema:
         """The table's Arrow schema."""
 
-    def metadata(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def metadata(self, plan: ChunkPlan, counts: Counts) -> dict[str, Any]:
         """The job's own metadata keys (kind, tokenizer, image shape...), merged into the common ones."""
 
-    def summary(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def summary(self, plan: ChunkPlan, counts: Counts) -> dict[str, Any]:
         """The job's own summary keys (tokens, formats...), merged into the common ones."""
 
 
@@ -148,7 +146,7 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     prior = read_prior(cfg.output, s3) if cfg.grows else None
     plan = job.plan(s3, prior)  # inputs first: a typo in --input never reaches the output
     if prior is not None:
-        prior.check_made_like(cfg, job.metadata(plan, {}))
+        prior.check_made_like(cfg, job.metadata(plan, Counts()))
         if not plan.sources and not plan.removed:
             return _nothing_new(job, prior, plan, t0)
     growth = Growth.of(prior, plan.replaced + plan.removed, cfg.rejects_uri) if prior is not None else None
@@ -165,7 +163,7 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
                              storage_options=opts, limits=Limits.of(cfg), executor=executor, local_workers=cfg.ray.num_cpus,
                              on_result=_advance(bar, t_run), resources=cfg.ray.resources, fresh=growth is None,
                              preload=job.sandbox_imports)
-    counts = {k: int(v) for k, v in sorted(total_counts(results, REQUIRED_COUNTS).items())}
+    counts = total_counts(results)
     sources = _with_rows(plan, results)
     totals = growth.totals(counts) if growth else counts
     step = _step(plan, counts, growth, _next_version(cfg.output, opts), cfg.output, s3)
@@ -175,7 +173,7 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
         "config": cfg.model_dump(mode="json", exclude={"s3"}),
         "config_hash": config_hash(cfg),
         "sources": [s.to_json() for s in (growth.kept_sources(sources) if growth else []) + sources],
-        "counts": totals,
+        "counts": totals.without_formats().to_json(),  # an image job keeps the formats in its decoder
         "rejects_uri": cfg.rejects_uri,
         "history": [h.to_json() for h in ((prior.metadata.history if prior else ()) + (step,))],
         **job.metadata(plan, totals),
@@ -190,14 +188,14 @@ def _run_leased(job: PrepareJob, leases: list[Lease]) -> dict[str, Any]:
     t_end = time.perf_counter()
     return {
         **_common_summary(job, plan, metadata, executor, metadata.history[-1]),
-        **{k: counts[k] for k in REQUIRED_COUNTS},
+        **{k: getattr(counts, k) for k in REQUIRED_COUNTS},
         "seconds": {
             "ray_start": round(ray_seconds, 2),
             "job": round(t_end - t_run, 2),
             "total": round(t_end - t0, 2),
             "in_workers": round(sum(r.seconds for r in results), 2),
         },
-        "counts": counts,
+        "counts": counts.to_json(),
         **job.summary(plan, counts),
     }
 
@@ -224,23 +222,23 @@ def _nothing_new(job: PrepareJob, prior: Prior, plan: ChunkPlan, t0: float) -> d
     """The summary of an append that found nothing to add: no version is committed."""
     log.info("%s already holds all %d listed file(s) as they are; nothing to append, no version committed",
              job.cfg.output, plan.unchanged)
-    counts = {k: 0 for k in REQUIRED_COUNTS}
+    counts = Counts()
     seconds = round(time.perf_counter() - t0, 2)
     return {
         **_common_summary(job, plan, prior.metadata, "none", None),
-        **counts,
+        **counts.to_json(),
         "seconds": {"ray_start": 0.0, "job": 0.0, "total": seconds, "in_workers": 0.0},
-        "counts": counts,
+        "counts": counts.to_json(),
         **job.summary(plan, counts),
     }
 
 
-def _step(plan: ChunkPlan, counts: dict[str, int], growth: Growth | None, version: int, output: str,
+def _step(plan: ChunkPlan, counts: Counts, growth: Growth | None, version: int, output: str,
           s3: storage.S3Options) -> Step:
     """The step this run commits as ``version``; its file index written first, when the plan has one."""
-    removed = dict(growth.removed) if growth else {}
-    made = dict(version=version, rows_added=counts["rows_written"], tokens_added=counts.get("tokens", 0),
-                rows_removed=removed.get("rows_written", 0), tokens_removed=removed.get("tokens", 0))
+    removed = growth.removed if growth else Counts()
+    made = dict(version=version, rows_added=counts.rows_written, tokens_added=counts.tokens,
+                rows_removed=removed.rows_written, tokens_removed=removed.tokens)
     if plan.file_index is None:
         return Step(added=tuple(s.uri for s in plan.sources if s.uri not in plan.replaced), replaced=tuple(plan.replaced),
                     removed=tuple(plan.removed), **made)
@@ -253,15 +251,15 @@ def _with_rows(plan: ChunkPlan, results: list[ChunkResult]) -> list[SourceEntry]
     when chunks do not mix files."""
     if plan.chunk_sources is None:
         return list(plan.sources)
-    counts: dict[str, Counter] = {s.uri: Counter() for s in plan.sources}
+    counts = {s.uri: Counts() for s in plan.sources}
     files: dict[str, list[str]] = {s.uri: [] for s in plan.sources}
     rejects: dict[str, list[str]] = {s.uri: [] for s in plan.sources}
     for r in results:
         uri = plan.chunk_sources[r.index]
-        counts[uri].update(r.counts)
+        counts[uri] += r.counts
         files[uri] += [d.path for f in r.fragments for d in f.files]
         rejects[uri] += [d.path for f in r.reject_fragments for d in f.files]
-    return [dataclasses.replace(s, counts={k: int(v) for k, v in sorted(counts[s.uri].items())}, data_files=tuple(files[s.uri]),
+    return [dataclasses.replace(s, counts=counts[s.uri], data_files=tuple(files[s.uri]),
                                 reject_files=tuple(rejects[s.uri])) for s in plan.sources]
 
 
@@ -272,13 +270,13 @@ def _next_version(uri: str, opts: dict[str, str] | None) -> int:
 
 def _advance(bar: Bar, t0: float) -> Callable[[ChunkResult], None]:
     """Moves ``bar`` one chunk per result, showing rows written so far and tokens/s (when the job counts tokens)."""
-    totals: Counter = Counter()
+    totals = [Counts()]
 
     def on_result(result: ChunkResult) -> None:
-        totals.update(result.counts)
-        shown: dict[str, Any] = {"rows": totals["rows_written"]}
-        if totals["tokens"]:
-            shown["tok/s"] = int(totals["tokens"] / max(time.perf_counter() - t0, 1e-9))
+        totals[0] += result.counts
+        shown: dict[str, Any] = {"rows": totals[0].rows_written}
+        if totals[0].tokens:
+            shown["tok/s"] = int(totals[0].tokens / max(time.perf_counter() - t0, 1e-9))
         bar.update(1, **shown)
 
     return on_result
@@ -323,7 +321,7 @@ def rejects_without_table(output: str, rejects: str, s3: storage.S3Options) -> b
 
 def commit_and_reconcile(
     results: list[ChunkResult],
-    counts: dict[str, int],
+    counts: Counts,
     *,
     schema: pa.Schema,
     metadata: TableMetadata,
@@ -371,12 +369,12 @@ def commit_and_reconcile(
     rejected_files = rej.count_rows() - rejected_rows - had_rows - had_files
     fragments = [f for r in results for f in r.fragments]
     in_fragments = sum(f.physical_rows for f in fragments)
-    _check("rows read", counts["rows_read"], "rows accepted + rows in the rejects table", counts["rows_accepted"] + rejected_rows)
-    _check("rows the workers rejected", counts["rows_rejected"], f"rows in {rejects}", rejected_rows)
-    _check("files the workers rejected", counts["files_rejected"], f"files in {rejects}", rejected_files)
-    _check("rows the workers wrote", counts["rows_written"], "rows in the written fragments", in_fragments)
+    _check("rows read", counts.rows_read, "rows accepted + rows in the rejects table", counts.rows_accepted + rejected_rows)
+    _check("rows the workers rejected", counts.rows_rejected, f"rows in {rejects}", rejected_rows)
+    _check("files the workers rejected", counts.files_rejected, f"files in {rejects}", rejected_files)
+    _check("rows the workers wrote", counts.rows_written, "rows in the written fragments", in_fragments)
     if results or growth is None:  # a step that only removes rows (moved or missing files) reads nothing
-        check_budget(counts["rows_read"], rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
+        check_budget(counts.rows_read, rejected_rows, lambda: _reasons(rej), max_reject_fraction, output=output, rejects=rejects)
     _check_leases(leases)
     if growth is None:
         metadata = _stamped(metadata, rej.version)
@@ -389,12 +387,12 @@ def commit_and_reconcile(
     gone = growth.removed_data_files()
     kept = without_sources([f for f in base_table.get_fragments() if not gone & {d.path for d in f.metadata.files}], growth.by_rows)
     kept_rows = sum(f.physical_rows - (f.deletion_file.num_deleted_rows if f.deletion_file else 0) for f in kept)
-    _check("rows the replaced files gave (recorded or counted)", int(growth.removed.get("rows_written", 0)), "rows removed from the table",
+    _check("rows the replaced files gave (recorded or counted)", growth.removed.rows_written, "rows removed from the table",
            base_table.count_rows() - kept_rows)
-    _check("rejected rows the replaced files gave (recorded)", int(growth.removed.get("rows_rejected", 0)), f"their rows in {rejects}",
+    _check("rejected rows the replaced files gave (recorded)", growth.removed.rows_rejected, f"their rows in {rejects}",
            reject_counts(base.get_fragments(), ())[0] - had_rows if base is not None else 0)
-    _check("rows the table's counts say", metadata.counts.get("rows_written", 0), "rows kept + rows written", kept_rows + in_fragments)
-    _check("rejected rows the table's counts say", metadata.counts.get("rows_rejected", 0), f"rows in {rejects}",
+    _check("rows the table's counts say", metadata.counts.rows_written, "rows kept + rows written", kept_rows + in_fragments)
+    _check("rejected rows the table's counts say", metadata.counts.rows_rejected, f"rows in {rejects}",
            rej.count_rows(filter="position != 'file'"))
     _check_leases(leases)
     table = lance_tables.commit_grown(base_table, schema, kept, fragments, metadata=lambda v: _stamped(metadata, rej.version, v),

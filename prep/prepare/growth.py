@@ -22,31 +22,32 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Generic, Mapping, Sequence, TypeVar
 
 import lance
 from pydantic import BaseModel
 
-from prep.contracts.file_index import read_index
+from prep.contracts.counts import Counts
+from prep.contracts.file_index import IndexRow
 from prep.contracts.source import SourceEntry
-from prep.contracts.table import TableMetadata, read_table_metadata
+from prep.contracts.images import ImageTableInfo
+from prep.contracts.table import TABLE_FORMAT, TableMetadata, read_table_metadata
 from prep.errors import PrepError
 from prep.io import lance_tables, storage
+from prep.io.file_index import read_index
 from prep.prepare.listing import IdRoot, ListedFile, id_root_of, with_digest
 from prep.runtime.config import RUNTIME_KEYS, JobConfig
 
-__all__ = ["Prior", "Selection", "Growth", "read_prior", "MADE_WITH", "rejects_base", "without_sources", "reject_counts"]
+__all__ = ["Prior", "Selection", "Growth", "read_prior", "rejects_base", "without_sources", "reject_counts"]
 
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=ListedFile)
+Held = SourceEntry | IndexRow  # a file a table holds: a recorded source, or a row of a step's file index
 
 # Config keys that say where the rows go and which files to read, not how rows are made.
 _WHERE_KEYS = frozenset({"input", "output", "rejects"})
-# The job metadata keys that describe how rows are made (a job's metadata() may hold others, e.g. counts).
-MADE_WITH = ("kind", "tokenizer", "seq_len", "image", "encoded", "labels", "source_kind")
 
 
 @dataclass(frozen=True)
@@ -85,12 +86,12 @@ class Prior:
         return {s.uri: s for s in self.metadata.sources}
 
     @functools.cached_property
-    def indexed(self) -> dict[str, SourceEntry]:
+    def indexed(self) -> dict[str, IndexRow]:
         """The input files its steps' file indexes list, by URI (one scan of each index)."""
         return read_index(self.uri, [h.file_index for h in self.metadata.history if h.file_index], self.s3)
 
     @functools.cached_property
-    def files(self) -> dict[str, SourceEntry]:
+    def files(self) -> dict[str, Held]:
         """Every input file it holds, by URI: the recorded sources with an id key, and the indexed files."""
         return {**{u: s for u, s in self.sources.items() if s.key is not None}, **self.indexed}
 
@@ -119,12 +120,12 @@ class Prior:
         ours = {k: v for k, v in cfg.model_dump(mode="json", exclude={"s3"}).items() if k not in skip}
         theirs = {k: v for k, v in self.metadata.config.items() if k not in skip}
         defaults = _defaults(type(cfg))  # a key the table's prep did not have yet: it made rows as the default does
-        recorded = self.metadata.to_json()
         pairs = [(f"config {k}", theirs.get(k, defaults.get(k)), ours.get(k)) for k in sorted(set(ours) | set(theirs))]
-        pairs += [(k, recorded.get(k), made_with.get(k)) for k in MADE_WITH if k in made_with]
+        job = TableMetadata.from_json({"format": TABLE_FORMAT, "prep_version": "", **made_with}, "this job's")
+        pairs += [(k, _made_with(self.metadata)[k], now) for k, now in _made_with(job).items()]
         for name, was, now in pairs:
             if name == "labels" and was != now:
-                _check_labels_grow(self.uri, was or [], now or [])
+                _check_labels_grow(self.uri, list(was or []), list(now or []))
             elif was != now:
                 raise PrepError(f"{self.uri} was made with {name}={_short(was)}, this job has {_short(now)}: appending would mix "
                                 "rows of two configs; append with the table's config, or prepare anew with --overwrite")
@@ -169,7 +170,7 @@ class Prior:
         return Selection(chosen, [uri for uri, _ in changed], kept, removed, moved, [] if remove_missing else missing)
 
 
-def _untouched(was: SourceEntry, now: ListedFile) -> bool:
+def _untouched(was: Held, now: ListedFile) -> bool:
     """True when a recorded file is surely as it was without reading it: its ETag (object stores), or its inode
     and ctime (locally) with its size and mtime, as recorded."""
     if was.etag and now.etag:
@@ -177,7 +178,7 @@ def _untouched(was: SourceEntry, now: ListedFile) -> bool:
     return was.size == now.size and was.mtime == now.mtime and bool(was.stamp) and was.stamp == now.stamp
 
 
-def _moves(gone: Mapping[str, SourceEntry], new: Sequence[ListedFile]) -> list[tuple[str, str]]:
+def _moves(gone: Mapping[str, Held], new: Sequence[ListedFile]) -> list[tuple[str, str]]:
     """``(held URI, new URI)`` for each new file with the content of a held file that is not listed now
     (the same size and digest, or the same size and ETag); each held file moves once, in listing order."""
     by_content: dict[tuple[int, str], list[str]] = {}
@@ -213,6 +214,14 @@ def _check_labels_grow(uri: str, was: list[str], now: list[str]) -> None:
                     f"(labels: in the config pins the numbering, new classes listed last), or name the new class so it sorts after {was[-1]!r}")
 
 
+def _made_with(meta: TableMetadata) -> dict[str, Any]:
+    """What in a table's metadata says how its rows were made (its counts, decoder and sources do not), in JSON form."""
+    images = meta.images or ImageTableInfo()
+    return {"kind": meta.kind, "tokenizer": meta.tokenizer.to_json() if meta.tokenizer else None, "seq_len": meta.seq_len,
+            "image": meta.image.to_json() if meta.image else None, "encoded": images.encoded.to_json() if images.encoded else None,
+            "labels": list(images.labels), "source_kind": images.source_kind}
+
+
 def _defaults(model: type[BaseModel]) -> dict[str, Any]:
     """The JSON form of each field's default (fields without one left out)."""
     out = {}
@@ -223,7 +232,7 @@ def _defaults(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def _differs(was: SourceEntry, now: ListedFile) -> str:
+def _differs(was: Held, now: ListedFile) -> str:
     """What changed between a recorded file and its listing now ("" when nothing did): its content's
     identity (ETag, digest) decides when both sides have it, so a rewrite of the same bytes is no change;
     a table made before digests compares mtimes."""
@@ -272,7 +281,7 @@ class Growth:
 
     prior: Prior
     replaced: tuple[str, ...]
-    removed: Mapping[str, int]
+    removed: Counts
     by_rows: tuple[str, ...] = ()
 
     @classmethod
@@ -281,40 +290,43 @@ class Growth:
         table's rejects table is gone (its counts could no longer reconcile), before anything is written."""
         if not lance_tables.table_exists(rejects, storage.lance_storage_options(rejects, prior.s3)):
             raise PrepError(f"{rejects}, the rejects table of {prior.uri}, is missing (moved or deleted): the table's counts "
-                            f"({prior.metadata.counts.get('rows_rejected', 0)} rejected rows) could no longer reconcile; restore it, "
+                            f"({prior.metadata.counts.rows_rejected} rejected rows) could no longer reconcile; restore it, "
                             "or prepare the table anew with --overwrite")
-        removed: Counter = Counter()
+        removed = Counts()
         by_rows = tuple(u for u in replaced if u in prior.indexed)
         for uri in (u for u in replaced if u not in by_rows):
-            recorded = prior.files[uri]
+            recorded = prior.sources[uri]
             if recorded.data_files is None:
                 raise PrepError(f"{uri} changed, but {prior.uri} does not record which rows it gave (its chunks mix files): "
                                 "--update cannot replace them; prepare the table anew with --overwrite")
-            removed.update(recorded.counts or {})
+            removed += recorded.counts or Counts()
         if by_rows:
-            removed.update(_counted(prior, by_rows, rejects))
-        return cls(prior, tuple(replaced), dict(removed), by_rows)
+            removed += _counted(prior, by_rows, rejects)
+        return cls(prior, tuple(replaced), removed, by_rows)
 
     def kept_sources(self, step: list[SourceEntry]) -> list[SourceEntry]:
         """The prior's sources the step neither replaced nor removed nor records anew (an image folder it listed again)."""
         gone = set(self.replaced) | {s.uri for s in step}
         return [s for s in self.prior.metadata.sources if s.uri not in gone]
 
-    def totals(self, step: Mapping[str, int]) -> dict[str, int]:
+    def totals(self, step: Counts) -> Counts:
         """The table's counts after the step: the prior's, less the replaced files', plus the step's."""
-        had = self.prior.metadata.counts
-        return {k: int(had.get(k, 0)) - int(self.removed.get(k, 0)) + int(step.get(k, 0)) for k in sorted(set(had) | set(step))}
+        return (self.prior.metadata.counts + step).minus(self.removed.without_formats())
+
+    def _recorded(self) -> list[SourceEntry]:
+        """The replaced files the table records as sources (not in a file index: their rows and rejects are recorded)."""
+        return [self.prior.sources[uri] for uri in self.replaced if uri not in self.by_rows and uri in self.prior.sources]
 
     def removed_data_files(self) -> set[str]:
-        return {p for uri in self.replaced for p in self.prior.files[uri].data_files or ()}
+        return {p for s in self._recorded() for p in s.data_files or ()}
 
     def removed_reject_files(self) -> set[str]:
         """The rejects' data files the replaced files' chunks wrote (their rejects may name
         other URIs: a manifest's images), recorded like their ``data_files``."""
-        return {p for uri in self.replaced for p in self.prior.files[uri].reject_files or ()}
+        return {p for s in self._recorded() for p in s.reject_files or ()}
 
 
-def _counted(prior: Prior, uris: tuple[str, ...], rejects: str) -> dict[str, int]:
+def _counted(prior: Prior, uris: tuple[str, ...], rejects: str) -> Counts:
     """What the indexed files ``uris`` counted, counted where their rows are: one row or one reject
     per image (its file's recorded size read), files rejected whole."""
     where = source_filter(uris)
@@ -322,8 +334,8 @@ def _counted(prior: Prior, uris: tuple[str, ...], rejects: str) -> dict[str, int
     base = rejects_base(prior, rejects, storage.lance_storage_options(rejects, prior.s3))
     rejected = base.to_table(columns=["source"], filter=f"({where}) AND position != 'file'").column("source").to_pylist() if base else []
     files = base.count_rows(filter=f"({where}) AND position = 'file'") if base else 0
-    return {"rows_read": len(written) + len(rejected), "rows_accepted": len(written), "rows_written": len(written),
-            "rows_rejected": len(rejected), "files_rejected": files, "bytes_read": sum(prior.indexed[u].size or 0 for u in written + rejected)}
+    return Counts(rows_read=len(written) + len(rejected), rows_accepted=len(written), rows_written=len(written),
+                  rows_rejected=len(rejected), files_rejected=files, bytes_read=sum(prior.indexed[u].size for u in written + rejected))
 
 
 def rejects_base(prior: Prior | None, rejects: str, opts: dict[str, str] | None) -> Any:

@@ -133,6 +133,6 @@ def row_bytes(meta: TableMetadata, spec: CollateSpec) -> int:
     if spec.kind == "packed" and meta.seq_len:
         return meta.seq_len * 9 + 16
     counts = meta.counts
-    if counts.get("tokens") and counts.get("rows_written"):
-        return int(counts["tokens"] / counts["rows_written"] * 5) + 24
+    if counts.tokens and counts.rows_written:
+        return int(counts.tokens / counts.rows_written * 5) + 24
     return 2048

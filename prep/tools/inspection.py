@@ -87,7 +87,7 @@ def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options |
         "version": ds.version,
         "num_rows": ds.count_rows(),
         "schema": {f.name: str(f.type) for f in ds.schema},
-        "counts": dict(meta.counts),
+        "counts": meta.counts.to_json(),
         "config": dict(meta.config),
         "config_hash": meta.config_hash,
         "sources": len(meta.sources),
@@ -109,12 +109,11 @@ def _table(path: str, ds: lance.LanceDataset, rows: int, s3: storage.S3Options |
 
 def _text(ds: lance.LanceDataset, meta: TableMetadata, rows: int) -> dict[str, Any]:
     lengths = ds.to_table(columns=["length"])["length"].to_numpy()
-    counts = meta.counts
     out: dict[str, Any] = {
         "tokenizer": meta.tokenizer.to_json() if meta.tokenizer else None,
         "seq_len": meta.seq_len,
         "tokens": int(lengths.sum()),
-        "tokens_trained": counts.get("tokens_trained"),
+        "tokens_trained": meta.counts.tokens_trained if meta.inferred is None else None,  # a table prep did not write counted none
         "length": {"min": int(lengths.min()) if len(lengths) else 0, "max": int(lengths.max()) if len(lengths) else 0,
                    **{f"p{q}": float(np.percentile(lengths, q)) if len(lengths) else 0.0 for q in PERCENTILES}},
         "lengths": lengths,  # for the plot; dropped from --json
@@ -148,7 +147,7 @@ def decode_rows(rows: list[dict[str, Any]], tokenizer: str | None) -> list[dict[
 
 
 def _images(ds: lance.LanceDataset, meta: TableMetadata, rows: int) -> dict[str, Any]:
-    names = list(meta.extra.get("labels") or [])
+    names = list(meta.images.labels) if meta.images else []
     labels = ds.to_table(columns=["label"])["label"].to_numpy()
     counts = Counter(int(x) for x in labels)
     out: dict[str, Any] = {
@@ -273,9 +272,9 @@ def format_report(r: dict[str, Any]) -> str:
     if "labels" in r:
         lines.append(f"  images: {r['image']}; labels " + ", ".join(f"{k} {v:,}" for k, v in r["labels"].items()))
     c = r["counts"]
-    lines.append(f"  counts: read {c.get('rows_read', 0):,} = accepted {c.get('rows_accepted', 0):,} + rejected "
-                 f"{c.get('rows_rejected', 0):,}; {c.get('rows_written', 0):,} rows written; files rejected "
-                 f"{c.get('files_rejected', 0):,} of {r['sources']} source file(s)")
+    lines.append(f"  counts: read {c['rows_read']:,} = accepted {c['rows_accepted']:,} + rejected "
+                 f"{c['rows_rejected']:,}; {c['rows_written']:,} rows written; files rejected "
+                 f"{c['files_rejected']:,} of {r['sources']} source file(s)")
     lines.append(f"  config: {r['config_hash'][:12] if r['config_hash'] else '?'} " + ", ".join(
         f"{k}={v}" for k, v in sorted(r["config"].items()) if v not in (None, [], {}) and k not in ("ray",)))
     lines += ["  history:"] + [f"    {Step.from_json(h, r['path']).describe()}" for h in r.get("history", [])]

@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from importlib.metadata import version as _version  # the driver never imports torchvision (~4 CPU-s)
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from prep.contracts.counts import Counts
+from prep.contracts.images import DecoderInfo, EncodedInfo, ImageInfo, ImageTableInfo
 from prep.io import storage
 from prep.prepare.driver import ChunkPlan, run_prepare
 from prep.prepare.summary import what_it_did, where_it_ran
@@ -24,16 +26,9 @@ from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan
 from prep.prepare.images.worker import ImageChunkWorker, table_schema
 
-__all__ = ["ImagesJob", "run_decode_images", "format_summary", "split_counts"]
+__all__ = ["ImagesJob", "run_decode_images", "format_summary"]
 
 log = logging.getLogger(__name__)
-
-
-def split_counts(counts: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-    """``(plain counters, formats seen)``: workers count formats as ``format:<NAME>`` keys."""
-    plain = {k: int(v) for k, v in sorted(counts.items()) if ":" not in k}
-    formats = {k.split(":", 1)[1]: int(v) for k, v in sorted(counts.items()) if k.startswith("format:")}
-    return plain, formats
 
 
 @dataclass(frozen=True)
@@ -56,24 +51,19 @@ class ImagesJob:
     def schema(self) -> pa.Schema:
         return table_schema(self.cfg)
 
-    def metadata(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def metadata(self, plan: ChunkPlan, counts: Counts) -> dict[str, Any]:
+        """The image keys (:mod:`prep.contracts.images`); the formats the workers counted go to ``decoder``."""
         cfg = self.cfg
-        h, w, c = cfg.shape
-        return {
-            "kind": "images",
-            "image": {"shape": [h, w, c], "layout": "HWC", "dtype": "uint8"} if cfg.store_pixels else None,
-            "encoded": {"format": cfg.encode, "quality": cfg.quality, "shape": [h, w, c]} if cfg.encode != "none" else None,
-            "labels": list(plan.details["labels"].names or []),
-            "source_kind": plan.details["source_kind"],
-            "decoder": {"library": f"torchvision {_version('torchvision')}", "fallback": "Pillow", "formats": split_counts(counts)[1]},
-            "counts": split_counts(counts)[0],
-        }
+        images = ImageTableInfo(
+            labels=tuple(plan.details["labels"].names or ()), source_kind=plan.details["source_kind"],
+            encoded=EncodedInfo(format=cfg.encode, quality=cfg.quality, shape=cfg.shape) if cfg.encode != "none" else None,
+            decoder=DecoderInfo(library=f"torchvision {_version('torchvision')}", fallback="Pillow", formats=dict(counts.formats)))
+        return {"kind": "images", "image": ImageInfo(shape=cfg.shape).to_json() if cfg.store_pixels else None, **images.to_json()}
 
-    def summary(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
-        plain, formats = split_counts(counts)
+    def summary(self, plan: ChunkPlan, counts: Counts) -> dict[str, Any]:
         return {"source_kind": plan.details["source_kind"], "shape": list(self.cfg.shape),
-                "labels": list(plan.details["labels"].names or []), "decoded_with_pil": plain.get("decoded_with_pil", 0),
-                "formats": formats, "counts": plain}
+                "labels": list(plan.details["labels"].names or []), "decoded_with_pil": counts.decoded_with_pil,
+                "formats": dict(counts.formats), "counts": counts.without_formats().to_json()}
 
 
 def run_decode_images(cfg: ImagesConfig) -> dict[str, Any]:

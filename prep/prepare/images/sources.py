@@ -185,7 +185,7 @@ def plan(cfg: ImagesConfig, s3: storage.S3Options | None = None, prior: Prior | 
     kind = kinds.pop()
     listed = [f for listing in listings for f in listing.files]
     picked = prior.select(listed, update=cfg.update, remove_missing=cfg.remove_missing) if prior else Selection.everything(listed)
-    held = [str(n) for n in prior.metadata.extra.get("labels") or []] if prior else []
+    held = list(prior.metadata.images.labels) if prior and prior.metadata.images else []
     grown = dict(replaced=picked.replaced, unchanged=picked.unchanged, removed=picked.removed, moved=picked.moved, missing=picked.missing)
     if kind == "imagefolder":
         chosen = {f.uri for f in picked.files}

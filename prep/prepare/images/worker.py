@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from prep.contracts.counts import FORMAT_PREFIX
 from prep.io import storage
 from prep.prepare.ids import stable_ids
 from prep.prepare.images.config import ImagesConfig
@@ -120,7 +121,7 @@ class ImageChunkWorker:
                 rejects.append(Reject(item.reject_source, item.position, row, repr(item.data[:48])))
                 counts["rows_rejected"] += 1
                 continue
-            counts[f"format:{row.format}"] += 1
+            counts[FORMAT_PREFIX + row.format] += 1
             counts["decoded_with_pil"] += row.via_pil
             counts["animated_first_frame_kept"] += row.frames > 1
             rows.add(row)

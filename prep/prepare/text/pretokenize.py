@@ -19,6 +19,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from prep.errors import one_line
+from prep.contracts.counts import Counts
 from prep.io import storage
 from prep.runtime.config import ConfigModel, JobConfig
 from prep.prepare import faults
@@ -30,7 +31,8 @@ from prep.prepare.ids import stable_ids
 from prep.prepare.isolation import NO_PROGRESS, Progress
 from prep.prepare.chunk_runner import ChunkOutput
 from prep.prepare.rejects import RAW_PREFIX_CHARS, Reject
-from prep.prepare.text.sources import Chunk, InputFormat, Records, TextUnit, list_sources, plan_chunks, read_chunk
+from prep.prepare.text.readers import read_chunk
+from prep.prepare.text.sources import Chunk, InputFormat, Records, TextUnit, list_sources, plan_chunks
 from prep.prepare.text.tokenizer import ResolvedTokenizer, resolve_tokenizer
 from prep.prepare.text.tokens import OverlongPolicy, encode_rows, limit_length, pack
 
@@ -343,14 +345,15 @@ class TextJob:
     def schema(self) -> pa.Schema:
         return table_schema(self.cfg)
 
-    def metadata(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
+    def metadata(self, plan: ChunkPlan, counts: Counts) -> dict[str, Any]:
         cfg = self.cfg
         return {"kind": cfg.kind, "tokenizer": plan.details["tokenizer"].identity(), "seq_len": cfg.pack.seq_len if cfg.pack else None}
 
-    def summary(self, plan: ChunkPlan, counts: dict[str, int]) -> dict[str, Any]:
-        keys = ("tokens", "tokens_trained") + (("pad_tokens",) if self.cfg.pack else ())
+    def summary(self, plan: ChunkPlan, counts: Counts) -> dict[str, Any]:
         split = self.cfg.max_length is not None and self.cfg.overlong == "split"
-        return {k: counts.get(k, 0) for k in keys + (("pieces_untrained", "pieces_untrained_tokens") if split else ())}
+        return {"tokens": counts.tokens, "tokens_trained": counts.tokens_trained,
+                **({"pad_tokens": counts.pad_tokens} if self.cfg.pack else {}),
+                **({"pieces_untrained": counts.pieces_untrained, "pieces_untrained_tokens": counts.pieces_untrained_tokens} if split else {})}
 
 
 def run_pretokenize(cfg: PretokenizeConfig) -> dict[str, Any]:
