@@ -3,7 +3,7 @@
 The cache is claimed with its marker (:class:`prep.contracts.cache_marker.CacheMarker`,
 written first): prep writes only into an empty folder or its own cache, and replacing
 another materialization's cache (``overwrite``) removes only the cache's own files
-(:func:`prep.contracts.ownership.remove_owned`), only while no other process uses it.
+(:func:`prep.io.claims.remove_owned`), only while no other process uses it.
 """
 
 from __future__ import annotations

@@ -2,12 +2,10 @@
 
 A reader cache (``prep prewarm --cache``, ``prep read --cache-dir``) is claimed with it
 before anything else is written there: it says prep wrote the folder (so ``--overwrite``
-may replace the cache's own files, :func:`prep.contracts.ownership.remove_owned`) and which
+may replace the cache's own files, :func:`prep.io.claims.remove_owned`) and which
 materialization the copies are of (``source`` and its manifest's ``fingerprint``), so a
-cache of another materialization is refused, never read (:mod:`prep.cache.claim`). Example::
-
-    {"written_by": "prep", "prep_version": "0.1.0", "job": "prep prewarm",
-     "claimed": "2026-12-01T16:05:03+00:00", "source": "s3://bucket/shuffled", "fingerprint": "5a396cc6ece2d6c3"}
+cache of another materialization is refused, never read (:mod:`prep.cache.claim`). Its example
+is prep/contracts/README.md's.
 """
 
 from __future__ import annotations

@@ -7,10 +7,8 @@ metadata under :data:`CHECKSUMS_KEY`, in the same commit as the files (no versio
 its record, no record without its version). A version that grows a table carries the
 digests of the files it keeps from the version before and adds those of its new files, so
 only new bytes are read at a commit. ``prep verify TABLE`` and materialize read every file
-of a version again and compare (:mod:`prep.io.table_checksums`). Example::
-
-    {"format": "prep.files/1", "algorithm": "sha256",
-     "files": {"data/0d1e....lance": [8123456, "9f86d081884c7d65..."], "_deletions/3-7-99.arrow": [112, "e3b0c442..."]}}
+of a version again and compare (:mod:`prep.io.table_checksums`). Its example is
+prep/contracts/README.md's (the one place each on-disk file's example is written).
 
 Paths are relative to the table folder; a digest is the sha256 of the file's bytes (hex).
 About 100 bytes a file in every version's manifest: a table of 10,000 data files carries

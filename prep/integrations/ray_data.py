@@ -30,7 +30,6 @@ import hashlib
 import json
 import pickle
 from dataclasses import dataclass
-from importlib.metadata import version as _version
 from pathlib import Path
 from typing import Any, Callable
 
@@ -189,6 +188,7 @@ class DecodeImages:
     def __init__(self, *, config: str | Path | None = None, size: int | tuple[int, int] | None = None,
                  id_column: str | None = None, isolate: bool = True, **keys: Any) -> None:
         from prep.prepare.images.config import ImagesConfig
+        from prep.prepare.images.job import image_keys
         from prep.prepare.images.labels import LabelMap
         from prep.prepare.images.worker import ImageChunkWorker
 
@@ -196,13 +196,8 @@ class DecodeImages:
         labels = LabelMap(tuple(cfg.labels) if cfg.labels else None)
         self._cfg = cfg
         self._worker = ImageChunkWorker(cfg, labels, cfg.s3.options().resolved())
-        h, w, c = cfg.shape
-        self._meta = {"command": "decode-images", "config": cfg.model_dump(mode="json", exclude={"s3"}), "made_with": {
-            "kind": "images",
-            "image": {"shape": [h, w, c], "layout": "HWC", "dtype": "uint8"} if cfg.store_pixels else None,
-            "encoded": {"format": cfg.encode, "quality": cfg.quality, "shape": [h, w, c]} if cfg.encode != "none" else None,
-            "labels": list(labels.names or []), "source_kind": RAY_INPUT,
-            "decoder": {"library": f"torchvision {_version('torchvision')}", "fallback": "Pillow"}}}
+        self._meta = {"command": "decode-images", "config": cfg.model_dump(mode="json", exclude={"s3"}),
+                      "made_with": image_keys(cfg, tuple(labels.names or ()), RAY_INPUT)}
         self._id_column = id_column
         self._isolation = _Isolation(Limits.of(cfg), dumps(self._worker), hooks_from_env()) if isolate else None
 

@@ -3,7 +3,7 @@
 A kind of job (text, images; audio or video frames next) is a :class:`PrepareJob`:
 it plans its inputs into chunks, names its chunk worker, its schema and its own
 metadata. Everything else is here, once: input checks before any output is
-touched, output ownership (:mod:`prep.prepare.outputs`), Ray, the ordered commit,
+touched, output ownership (:mod:`prep.io.claims`, :mod:`prep.io.lease`), Ray, the ordered commit,
 row accounting measured on each side, old-version cleanup and the summary.
 
 Row accounting compares counts taken where they happen, never derived from each

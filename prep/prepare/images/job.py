@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from importlib.metadata import version as _version  # the driver never imports torchvision (~4 CPU-s)
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import pyarrow as pa
 
@@ -26,9 +26,21 @@ from prep.prepare.images.config import ImagesConfig
 from prep.prepare.images.sources import plan
 from prep.prepare.images.worker import ImageChunkWorker, table_schema
 
-__all__ = ["ImagesJob", "run_decode_images", "format_summary"]
+__all__ = ["ImagesJob", "image_keys", "run_decode_images", "format_summary"]
 
 log = logging.getLogger(__name__)
+
+
+def image_keys(cfg: ImagesConfig, labels: tuple[str, ...], source_kind: str,
+               formats: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """An image table's ``made_with`` keys (:mod:`prep.contracts.images`), for the job and for Ray Data's
+    :class:`~prep.integrations.ray_data.DecodeImages` alike; ``formats``: the input formats the workers counted."""
+    images = ImageTableInfo(
+        labels=labels, source_kind=source_kind,
+        encoded=EncodedInfo(format=cfg.encode, quality=cfg.quality, shape=cfg.shape) if cfg.encode != "none" else None,
+        decoder=DecoderInfo(library=f"torchvision {_version('torchvision')}", fallback="Pillow",
+                            formats=dict(formats) if formats is not None else None))
+    return {"kind": "images", "image": ImageInfo(shape=cfg.shape).to_json() if cfg.store_pixels else None, **images.to_json()}
 
 
 @dataclass(frozen=True)
@@ -53,12 +65,7 @@ class ImagesJob:
 
     def metadata(self, plan: ChunkPlan, counts: Counts) -> dict[str, Any]:
         """The image keys (:mod:`prep.contracts.images`); the formats the workers counted go to ``decoder``."""
-        cfg = self.cfg
-        images = ImageTableInfo(
-            labels=tuple(plan.details["labels"].names or ()), source_kind=plan.details["source_kind"],
-            encoded=EncodedInfo(format=cfg.encode, quality=cfg.quality, shape=cfg.shape) if cfg.encode != "none" else None,
-            decoder=DecoderInfo(library=f"torchvision {_version('torchvision')}", fallback="Pillow", formats=dict(counts.formats)))
-        return {"kind": "images", "image": ImageInfo(shape=cfg.shape).to_json() if cfg.store_pixels else None, **images.to_json()}
+        return image_keys(self.cfg, tuple(plan.details["labels"].names or ()), plan.details["source_kind"], counts.formats)
 
     def summary(self, plan: ChunkPlan, counts: Counts) -> dict[str, Any]:
         return {"source_kind": plan.details["source_kind"], "shape": list(self.cfg.shape),
