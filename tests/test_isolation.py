@@ -18,10 +18,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import lance
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -132,6 +135,24 @@ def test_a_crash_restarts_the_sandbox_from_its_zygote_not_from_a_fresh_interpret
     with pytest.raises(PrepError, match=r"signal 11 \(SIGSEGV\)"):  # crashed, confirmed by a probe: one bad item too many
         run_isolated(segfault, {}, Limits(max_bad_items_per_chunk=0))
     assert run_isolated(parent_pid, {}, Limits()) == (zygote, 0)
+
+
+def test_worker_threads_fork_from_one_zygote_and_a_thread_that_ends_takes_its_sandbox_with_it():
+    """A local job's worker threads share the process's zygote (a job on N threads imported torch N times, one
+    zygote each); a thread that ends (the local pool replaced by one of another size) stops its sandbox."""
+    zygote, _ = run_isolated(parent_pid, {}, Limits())
+    before = {p.pid for p in psutil.Process(zygote).children()}
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(run_isolated(parent_pid, {}, Limits()))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == [(zygote, 0), (zygote, 0)]
+    deadline = time.monotonic() + 30
+    while {p.pid for p in psutil.Process(zygote).children()} != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert {p.pid for p in psutil.Process(zygote).children()} == before
 
 
 def test_a_zygote_whose_imports_ran_lance_refuses_to_fork(tmp_path, monkeypatch):

@@ -366,6 +366,18 @@ _SANDBOXES = threading.local()  # one per thread: a Ray worker's task thread, ea
 _STARTED: list[_Sandbox] = []
 
 
+class _StopsAtThreadEnd:
+    """Held in the thread's local storage: when the thread ends (a local pool replaced), its sandbox's child
+    is stopped, as it was when each thread had a zygote of its own (the process's zygote outlives threads)."""
+
+    def __init__(self, sandbox: _Sandbox) -> None:
+        self.sandbox = sandbox
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit stop_sandboxes did it already
+            self.sandbox.close()
+
+
 @atexit.register
 def stop_sandboxes() -> None:
     """Stops (and waits for) every sandbox this process started and its zygote, so their CPU time is its own."""
@@ -400,6 +412,7 @@ def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
     sandbox = getattr(_SANDBOXES, "sandbox", None)
     if sandbox is None:
         sandbox = _SANDBOXES.sandbox = _Sandbox()
+        _SANDBOXES.stops = _StopsAtThreadEnd(sandbox)
         _STARTED.append(sandbox)
     return sandbox.run(fn, kwargs, limits, hooks or {}, preload)
 
