@@ -204,8 +204,9 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
 
 
-# Set anew for every test phase by pytest: a child restarted for it costs a torch import per test.
-_PER_TEST = ("PYTEST_CURRENT_TEST",)
+# Set anew for every test phase by pytest: a child restarted for it costs a torch import per test. The test
+# hooks too: they travel with each request (_apply), so a zygote started without them serves a test that sets them.
+_PER_TEST = ("PYTEST_CURRENT_TEST", *TEST_HOOKS)
 
 
 def _lasting(env: dict[str, str]) -> dict[str, str]:
