@@ -18,10 +18,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import lance
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -34,7 +37,7 @@ from prep.prepare.images.config import ImagesConfig
 from prep.prepare.chunk_runner import run_chunks
 from prep.prepare.faults import ENV as RAISE_ENV
 from prep.prepare.images.job import run_decode_images
-from prep.prepare.isolation import FAULTS_ENV, Limits, run_isolated, stop_sandboxes
+from prep.prepare.isolation import FAULTS_ENV, Limits, hooks_from_env, run_isolated, stop_sandboxes
 from prep.prepare.text.pretokenize import PretokenizeConfig, run_pretokenize
 from dying_worker import DiesOnce, env_of, parent_pid, segfault, sleep_then
 from test_images import encode, noise
@@ -132,6 +135,32 @@ def test_a_crash_restarts_the_sandbox_from_its_zygote_not_from_a_fresh_interpret
     with pytest.raises(PrepError, match=r"signal 11 \(SIGSEGV\)"):  # crashed, confirmed by a probe: one bad item too many
         run_isolated(segfault, {}, Limits(max_bad_items_per_chunk=0))
     assert run_isolated(parent_pid, {}, Limits()) == (zygote, 0)
+
+
+def test_worker_threads_fork_from_one_zygote_and_a_thread_that_ends_takes_its_sandbox_with_it():
+    """A local job's worker threads share the process's zygote (a job on N threads imported torch N times, one
+    zygote each); a thread that ends (the local pool replaced by one of another size) stops its sandbox."""
+    zygote, _ = run_isolated(parent_pid, {}, Limits())
+    before = {p.pid for p in psutil.Process(zygote).children()}
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(run_isolated(parent_pid, {}, Limits()))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == [(zygote, 0), (zygote, 0)]
+    deadline = time.monotonic() + 30
+    while {p.pid for p in psutil.Process(zygote).children()} != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert {p.pid for p in psutil.Process(zygote).children()} == before
+
+
+def test_a_test_hook_set_between_two_jobs_reaches_the_sandbox_without_a_new_zygote(monkeypatch):
+    """The hooks travel with each request: a zygote restarted for them cost a torch import each time a test set one."""
+    zygote, _ = run_isolated(parent_pid, {}, Limits())
+    monkeypatch.setenv(FAULTS_ENV, "hang:no item has this name")
+    assert run_isolated(parent_pid, {}, Limits(), hooks_from_env()) == (zygote, 0)
+    assert run_isolated(env_of, {"name": FAULTS_ENV}, Limits(), hooks_from_env())[0] == "hang:no item has this name"
 
 
 def test_a_zygote_whose_imports_ran_lance_refuses_to_fork(tmp_path, monkeypatch):

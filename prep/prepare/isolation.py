@@ -66,6 +66,7 @@ from prep.errors import PrepError
 from prep.prepare.faults import ENV as RAISE_ENV
 from prep.runtime.executor import MAX_TASK_RETRIES
 from prep.runtime.ray_cluster import WORKER_ENV
+from prep.runtime import zygote
 from prep.runtime.zygote import Zygote
 
 __all__ = ["Limits", "Progress", "NO_PROGRESS", "FAULTS_ENV", "TEST_HOOKS", "dumps", "hooks_from_env", "run_isolated", "stop_sandboxes"]
@@ -204,8 +205,9 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
 
 
-# Set anew for every test phase by pytest: a child restarted for it costs a torch import per test.
-_PER_TEST = ("PYTEST_CURRENT_TEST",)
+# Set anew for every test phase by pytest: a child restarted for it costs a torch import per test. The test
+# hooks too: they travel with each request (_apply), so a zygote started without them serves a test that sets them.
+_PER_TEST = ("PYTEST_CURRENT_TEST", *TEST_HOOKS)
 
 
 def _lasting(env: dict[str, str]) -> dict[str, str]:
@@ -213,10 +215,21 @@ def _lasting(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in _PER_TEST}
 
 
+def _new_zygote(env: dict[str, str]) -> Zygote:
+    """A zygote started with ``env``, its and its children's stderr relayed (:func:`_relay_stderr`)."""
+    err_read, err_write = os.pipe()
+    try:
+        started = Zygote(env, stderr=err_write)
+    finally:
+        os.close(err_write)
+    threading.Thread(target=_relay_stderr, args=(err_read,), name="sandbox-stderr", daemon=True).start()
+    return started
+
+
 class _Sandbox:
-    """The parent side: a zygote (:mod:`prep.runtime.zygote`) and the child it forked, restarted
-    (forked again: milliseconds) after it dies or is killed. The zygote is started again when the
-    environment it would start with changed (its children keep the one it started with)."""
+    """The parent side: a child forked from the process's zygote (:func:`prep.runtime.zygote.shared`, one for
+    every thread), restarted (forked again: milliseconds) after it dies or is killed. A zygote is started
+    again when the environment it would start with changed (its children keep the one it started with)."""
 
     def __init__(self) -> None:
         self._zygote: Zygote | None = None
@@ -225,14 +238,7 @@ class _Sandbox:
         self._page: mmap.mmap | None = None
 
     def _start(self, env: dict[str, str], preload: tuple[str, ...]) -> None:
-        if self._zygote is None or not self._zygote.alive() or _lasting(env) != _lasting(self._zygote.env):
-            self.close()
-            err_read, err_write = os.pipe()  # the zygote's and its children's stderr: shown only with -v
-            try:
-                self._zygote = Zygote(env, stderr=err_write)
-            finally:
-                os.close(err_write)
-            threading.Thread(target=_relay_stderr, args=(err_read,), name="sandbox-stderr", daemon=True).start()
+        self._zygote = zygote.shared(tuple(sorted(_lasting(env).items())), lambda: _new_zygote(env))
         parent, child = os.pipe(), os.pipe()  # requests parent->child, replies child->parent
         page_file = tempfile.TemporaryFile()
         page_file.write(b"\0" * _MARK.size)
@@ -264,10 +270,8 @@ class _Sandbox:
         return code
 
     def close(self) -> None:
-        """Stops the child and the zygote."""
+        """Stops the child (the zygote is the process's: :func:`stop_sandboxes` closes it)."""
         self._stop()
-        if self._zygote is not None:
-            self._zygote.close()
         self._zygote = None
 
     def _attempt(self, request: bytes, timeout: float, preload: tuple[str, ...]) -> tuple[str, Any]:
@@ -364,19 +368,32 @@ _SANDBOXES = threading.local()  # one per thread: a Ray worker's task thread, ea
 _STARTED: list[_Sandbox] = []
 
 
+class _StopsAtThreadEnd:
+    """Held in the thread's local storage: when the thread ends (a local pool replaced), its sandbox's child
+    is stopped, as it was when each thread had a zygote of its own (the process's zygote outlives threads)."""
+
+    def __init__(self, sandbox: _Sandbox) -> None:
+        self.sandbox = sandbox
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit stop_sandboxes did it already
+            self.sandbox.close()
+
+
 @atexit.register
 def stop_sandboxes() -> None:
     """Stops (and waits for) every sandbox this process started and its zygote, so their CPU time is its own."""
     for sandbox in _STARTED:
         sandbox.close()
+    zygote.close_shared()
 
 
 def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
                  hooks: dict[str, str] | None = None, preload: tuple[str, ...] = ()) -> tuple[Any, int]:
     """Runs ``fn(progress, **kwargs)`` in this thread's sandbox child (see the module docstring).
 
-    The sandbox's zygote is started on the thread's first call and kept: a Ray worker, or a worker
-    thread of the local executor's pool, pays for its imports (torch, Lance) once, and a child
+    The process's zygote is started on the first call and kept: a Ray worker, or the local executor's
+    pool of worker threads together, pays for its imports (torch, Lance) once, and a child
     restarted after a crash or a hang, or a probe, starts in milliseconds.
 
     Args:
@@ -397,6 +414,7 @@ def run_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], limits: Limits,
     sandbox = getattr(_SANDBOXES, "sandbox", None)
     if sandbox is None:
         sandbox = _SANDBOXES.sandbox = _Sandbox()
+        _SANDBOXES.stops = _StopsAtThreadEnd(sandbox)
         _STARTED.append(sandbox)
     return sandbox.run(fn, kwargs, limits, hooks or {}, preload)
 

@@ -10,7 +10,10 @@ Lance thread is running in it. Children run one function on the file descriptors
 handed and exit; each dies with the zygote, and the zygote with the thread that started it
 (``PR_SET_PDEATHSIG``).
 
-The parent side, :class:`Zygote`, is used by one thread at a time (each sandbox has its own).
+A process needs one zygote, not one per thread: :func:`shared` hands every thread (each worker
+thread of the local executor) the same one, started on a thread that lives as long as the
+process, so N sandboxes pay for the imports once, not N times (a local job on 2 workers
+imported torch twice; on 16, 16 times). The parent side, :class:`Zygote`, is thread-safe.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ import os
 import pickle
 import select
 import signal
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import traceback
-from typing import Mapping, Sequence
+from typing import Callable, Hashable, Mapping, Sequence
 
-__all__ = ["Zygote", "lance_running"]
+__all__ = ["Zygote", "close_shared", "lance_running", "shared"]
 
 _MAX_MESSAGE = 1 << 16
 
@@ -61,7 +66,7 @@ def lance_running() -> bool:
 
 
 class Zygote:
-    """The parent side: starts the zygote, asks it for children, learns how they ended."""
+    """The parent side: starts the zygote, asks it for children, learns how they ended (from any thread)."""
 
     def __init__(self, env: Mapping[str, str], stderr: int | None = None) -> None:
         """Starts the zygote with ``env`` (its children inherit it, and ``stderr``: a file descriptor, default
@@ -74,6 +79,7 @@ class Zygote:
         self._sock = mine
         self._exits: dict[int, int] = {}
         self._live: set[int] = set()
+        self._lock = threading.RLock()  # one request or receive at a time: each thread's answer arrives in order
 
     def alive(self) -> bool:
         """Whether the zygote process still runs."""
@@ -87,40 +93,49 @@ class Zygote:
         Raises:
             OSError: the zygote is gone, or could not fork (the text says why).
         """
-        try:
-            socket.send_fds(self._sock, [pickle.dumps(("fork", tuple(preload), target))], list(fds))
-        except OSError as exc:
-            raise OSError(f"the sandbox zygote is gone ({exc})") from None
-        while True:
-            kind, *rest = self._receive()
-            if kind == "forked":
-                self._live.add(rest[0])
-                return rest[0]
-            if kind == "error":
-                raise OSError(rest[0])
-            if kind == "gone":
-                raise OSError("the sandbox zygote died")
+        with self._lock:
+            try:
+                socket.send_fds(self._sock, [pickle.dumps(("fork", tuple(preload), target))], list(fds))
+            except OSError as exc:
+                raise OSError(f"the sandbox zygote is gone ({exc})") from None
+            while True:
+                kind, *rest = self._receive()
+                if kind == "forked":
+                    self._live.add(rest[0])
+                    return rest[0]
+                if kind == "error":
+                    raise OSError(rest[0])
+                if kind == "gone":
+                    raise OSError("the sandbox zygote died")
 
     def kill(self, pid: int) -> None:
         """SIGKILLs the child ``pid`` unless it already ended (the zygote knows: no pid reuse race)."""
-        if pid in self._live:
-            try:
-                self._sock.send(pickle.dumps(("kill", pid)))
-            except OSError:  # the zygote is gone, and its children with it
-                pass
+        with self._lock:
+            if pid in self._live:
+                try:
+                    self._sock.send(pickle.dumps(("kill", pid)))
+                except OSError:  # the zygote is gone, and its children with it
+                    pass
 
     def poll(self, pid: int) -> int | None:
         """``pid``'s exit code as :class:`subprocess.Popen` gives it (``-signal`` when killed), or None while it runs."""
-        while pid not in self._exits and self._ready():
-            self._receive()
-        return self._exits.get(pid)
+        with self._lock:
+            while pid not in self._exits and self._ready():
+                self._receive()
+            return self._exits.get(pid)
 
     def wait(self, pid: int) -> int:
         """Waits for ``pid`` to end; its exit code (see :meth:`poll`)."""
-        while pid not in self._exits:
-            self._receive()
-        self._live.discard(pid)
-        return self._exits.pop(pid)
+        with self._lock:
+            while pid not in self._exits:
+                self._receive()
+            self._live.discard(pid)
+            return self._exits.pop(pid)
+
+    def busy(self) -> bool:
+        """Whether a child forked from it has not been waited for yet."""
+        with self._lock:
+            return bool(self._live)
 
     def close(self) -> None:
         """Ends the zygote and, with it, its children; waits for it."""
@@ -131,13 +146,13 @@ class Zygote:
             self._proc.kill()
             self._proc.wait()
 
-    def _ready(self) -> bool:
+    def _ready(self) -> bool:  # called with the lock held
         """Whether a message (or the zygote's end) waits to be received (poll, not select: any fd number)."""
         poller = select.poll()
         poller.register(self._sock, select.POLLIN)
         return bool(poller.poll(0))
 
-    def _receive(self) -> tuple:
+    def _receive(self) -> tuple:  # called with the lock held
         """The next message (waits for it); a child's exit is recorded. A zygote that died reports its children killed."""
         try:
             data = self._sock.recv(_MAX_MESSAGE)
@@ -151,6 +166,80 @@ class Zygote:
         if message[0] == "exit":
             self._exits[message[1]] = message[2]
         return message
+
+
+# ---------------------------------------------------------------- one per process
+
+_current: tuple[Hashable, Zygote] | None = None  # the zygote new children come from, and its key
+_retired: list[Zygote] = []  # replaced ones, closed once none of their children is left
+_shared_lock = threading.Lock()
+_keeper_calls: "queue.Queue[tuple[Callable[[], Zygote], queue.Queue]]" = queue.Queue()
+_keeper: threading.Thread | None = None
+
+
+def shared(key: Hashable, start: Callable[[], Zygote]) -> Zygote:
+    """This process's zygote for ``key`` (what its children must see, e.g. the environment), for every thread.
+
+    ``start`` makes one when there is none for ``key`` or it died; it runs on a thread kept for the purpose
+    (a zygote dies with the thread that started it: a local worker thread ends when the pool is replaced,
+    and the other threads' children would die with it). A new key replaces the zygote; the one replaced
+    is closed once every child forked from it was waited for.
+    """
+    global _current
+    with _shared_lock:
+        if _current is not None and (_current[0] != key or not _current[1].alive()):
+            _retired.append(_current[1])
+            _current = None
+        for old in [z for z in _retired if not z.busy()]:
+            _retired.remove(old)
+            old.close()
+        if _current is None:
+            _current = key, _on_keeper(start)
+        return _current[1]
+
+
+def close_shared() -> None:
+    """Closes this process's zygotes (and so their children); the next :func:`shared` starts a fresh one."""
+    global _current
+    with _shared_lock:
+        zygotes = [*_retired, *([_current[1]] if _current else [])]
+        _retired.clear()
+        _current = None
+    for zygote in zygotes:
+        zygote.close()
+
+
+def _on_keeper(start: Callable[[], Zygote]) -> Zygote:
+    """``start()`` run on the keeper thread, which lives as long as this process."""
+    global _keeper
+    if _keeper is None or not _keeper.is_alive():
+        _keeper = threading.Thread(target=_keep, name="prep-zygote-keeper", daemon=True)
+        _keeper.start()
+    answer: queue.Queue = queue.Queue(1)
+    _keeper_calls.put((start, answer))
+    ok, value = answer.get()
+    if not ok:
+        raise value
+    return value
+
+
+def _keep() -> None:
+    while True:
+        start, answer = _keeper_calls.get()
+        try:
+            answer.put((True, start()))
+        except BaseException as exc:
+            answer.put((False, exc))
+
+
+def _forget_after_fork() -> None:
+    """A forked child has none of its parent's threads, and its parent's zygotes are not its own."""
+    global _current, _keeper, _shared_lock, _keeper_calls
+    _current, _keeper, _shared_lock, _keeper_calls = None, None, threading.Lock(), queue.Queue()
+    _retired.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 # ---------------------------------------------------------------- the zygote itself
