@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from prep.io.lease import take_lease
 from prep.contracts.table import read_table_metadata
 from prep.materialize import materialize_shuffle
 from prep.materialize.verify import verify
+from prep.runtime.zygote import Zygote
 from test_images import HYMENOPTERA
 
 TRIALS = int(os.environ.get("PREP_RACE_TRIALS", "3"))  # the issue's 50: PREP_RACE_TRIALS=50 (minutes per command)
@@ -82,12 +82,48 @@ def test_a_second_materialize_never_touches_a_running_jobs_output(table, tmp_pat
 
 
 # --- two real runs started together (slow) -------------------------------------------------------
-def _race(a: list[str], b: list[str]) -> list[tuple[int, str, str]]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
-    procs = [subprocess.Popen([sys.executable, "-m", "prep", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for args in (a, b)]
-    outputs = [p.communicate(timeout=300) for p in procs]
-    return [(p.returncode, *out) for p, out in zip(procs, outputs)]
+def run_prep(args_fd: int, out_fd: int, err_fd: int) -> None:
+    """A forked child's ``python -m prep ARGS`` (ARGS: JSON on ``args_fd``), its output on ``out_fd`` and ``err_fd``."""
+    with os.fdopen(args_fd) as f:
+        args = json.load(f)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    sys.argv = ["prep", *args]
+    raise SystemExit(cli_main(args))
+
+
+@pytest.fixture(scope="module")
+def racers():
+    """Forks the racing runs from a zygote that imported prep once: a ``python -m prep`` pays 3-5 CPU-s of imports
+    per run, 30 runs in this file, and the lease the runs race for is the same between any two processes."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "TOKENIZERS_PARALLELISM": "false"}
+    zygote = Zygote(env)
+    yield zygote
+    zygote.close()
+
+
+_PRELOAD = ("test_one_writer", "prep.prepare.text.pretokenize", "prep.prepare.images.worker", "prep.materialize", "prep.reader")
+
+
+def _race(racers: Zygote, tmp_path: Path, a: list[str], b: list[str]) -> list[tuple[int, str, str]]:
+    """Two real prep runs started together (forked children, each its own process), ``[(exit code, stdout, stderr)]``."""
+    runs = []
+    for i, args in enumerate((a, b)):
+        read, write = os.pipe()
+        out, err = [open(tmp_path / f"race-{os.getpid()}-{i}.{k}", "w+") for k in ("out", "err")]
+        pid = racers.fork("test_one_writer:run_prep", [read, out.fileno(), err.fileno()], preload=_PRELOAD)
+        os.close(read)
+        runs.append((pid, write, args, out, err))
+    for _, write, args, _, _ in runs:  # both forked before either is given its arguments
+        with os.fdopen(write, "w") as f:
+            json.dump(args, f)
+    results = []
+    for pid, _, _, out, err in runs:
+        code = racers.wait(pid)
+        results.append((code, *(f.seek(0) or f.read() for f in (out, err))))
+        out.close()
+        err.close()
+    return results
 
 
 # Why the run that did not get the output failed: the other holds it (they overlapped), or the other one's
@@ -106,13 +142,13 @@ def _one_winner(results: list[tuple[int, str, str]], *, both_may_win: bool = Fal
 
 
 @pytest.mark.slow
-def test_two_pretokenize_runs_on_one_output(tokenizer_dir, shared_data, tmp_path):
+def test_two_pretokenize_runs_on_one_output(racers, tokenizer_dir, shared_data, tmp_path):
     cmd = ["pretokenize", "--config", str(REPO / "configs" / "gsm8k-sft.yaml"), "--tokenizer", tokenizer_dir,
            "--executor", "local", "--json", "-q"]
     inputs = [_jsonl(tmp_path / "a.jsonl", shared_data, 30), _jsonl(tmp_path / "b.jsonl", shared_data, 45)]
     for trial in range(TRIALS):
         out = str(tmp_path / f"o-{trial}.lance")
-        results = _race(*[[*cmd, "--input", given, "--output", out] for given in inputs])
+        results = _race(racers, tmp_path, *[[*cmd, "--input", given, "--output", out] for given in inputs])
         winner = _one_winner(results)
         if winner is not None:
             summary = json.loads(results[winner][1])
@@ -122,7 +158,7 @@ def test_two_pretokenize_runs_on_one_output(tokenizer_dir, shared_data, tmp_path
 
 
 @pytest.mark.slow
-def test_two_decode_images_runs_on_one_output(tmp_path):
+def test_two_decode_images_runs_on_one_output(racers, tmp_path):
     inputs = []
     for name, n in (("a", 3), ("b", 5)):
         for cls in ("ants", "bees"):
@@ -133,17 +169,17 @@ def test_two_decode_images_runs_on_one_output(tmp_path):
     cmd = ["decode-images", "--config", str(REPO / "configs" / "imagefolder.yaml"), "--executor", "local", "--json", "-q"]
     for trial in range(TRIALS):
         out = str(tmp_path / f"o-{trial}.lance")
-        results = _race(*[[*cmd, "--input", given, "--output", out] for given in inputs])
+        results = _race(racers, tmp_path, *[[*cmd, "--input", given, "--output", out] for given in inputs])
         winner = _one_winner(results)
         if winner is not None:
             assert lance.dataset(out).count_rows() == json.loads(results[winner][1])["rows_written"] == (6, 10)[winner]
 
 
 @pytest.mark.slow
-def test_two_materialize_runs_with_different_seeds_on_one_output(table, tmp_path):
+def test_two_materialize_runs_with_different_seeds_on_one_output(racers, table, tmp_path):
     for trial in range(TRIALS):
         out = str(tmp_path / f"out-{trial}")
-        results = _race(*[["materialize-shuffle", "--table", table, "--output", out, "--epochs", "2", "--splits", "4",
+        results = _race(racers, tmp_path, *[["materialize-shuffle", "--table", table, "--output", out, "--epochs", "2", "--splits", "4",
                            "--seed", str(seed), "--executor", "local", "-q"] for seed in (1, 2)])
         winner = _one_winner(results)
         if winner is not None:
@@ -152,13 +188,13 @@ def test_two_materialize_runs_with_different_seeds_on_one_output(table, tmp_path
 
 
 @pytest.mark.slow
-def test_two_prewarms_of_different_materializations_on_one_cache(table, tmp_path):
+def test_two_prewarms_of_different_materializations_on_one_cache(racers, table, tmp_path):
     sources = [str(tmp_path / f"m{seed}") for seed in (1, 2)]
     for seed, out in zip((1, 2), sources):
         materialize_shuffle(table=table, output=out, epochs=1, splits=4, seed=seed, executor="local")
     for trial in range(TRIALS):
         cache = str(tmp_path / f"cache-{trial}")
-        results = _race(*[["prewarm", src, "--cache", cache, "--overwrite", "-q"] for src in sources])
+        results = _race(racers, tmp_path, *[["prewarm", src, "--cache", cache, "--overwrite", "-q"] for src in sources])
         winner = _one_winner(results, both_may_win=True)
         if [r[0] for r in results] == [0, 0]:  # one ran after the other, and replaced its cache as asked
             replaced = [i for i, r in enumerate(results) if "replacing the cache" in r[2]]
@@ -170,13 +206,13 @@ def test_two_prewarms_of_different_materializations_on_one_cache(table, tmp_path
 
 
 @pytest.mark.slow
-def test_two_readers_filling_one_cache_from_different_materializations(table, tmp_path):
+def test_two_readers_filling_one_cache_from_different_materializations(racers, table, tmp_path):
     sources = [str(tmp_path / f"m{seed}") for seed in (1, 2)]
     for seed, out in zip((1, 2), sources):
         materialize_shuffle(table=table, output=out, epochs=1, splits=4, seed=seed, executor="local")
     for trial in range(TRIALS):
         cache = str(tmp_path / f"cache-{trial}")
-        results = _race(*[["read", src, "--global-batch-size", "8", "--cache-dir", cache, "--ids-only"] for src in sources])
+        results = _race(racers, tmp_path, *[["read", src, "--global-batch-size", "8", "--cache-dir", cache, "--ids-only"] for src in sources])
         winner = _one_winner(results)
         assert winner is not None  # the reader never replaces a cache: the first to claim it reads
         assert json.loads(Path(cache, "_prep_cache.json").read_text())["source"] == sources[winner]

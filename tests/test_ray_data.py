@@ -41,6 +41,15 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def items(rows: list[dict]):
+    """``ray.data.from_items`` in two blocks: its default, a block per row, makes each 40-row pipeline
+    run 40 Tokenize calls and 40 one-row fragment writes (and start write workers for them): ~10 s a
+    pipeline on this machine for nothing the tests check; two blocks still make two fragments."""
+    import ray
+
+    return ray.data.from_items(rows, override_num_blocks=2)
+
+
 def tokenize(ds, tokenizer_dir: str, **keys):
     from prep.integrations.ray_data import Tokenize
 
@@ -128,7 +137,7 @@ def test_a_pipeline_with_a_user_filter_equals_prep_pretokenize_of_the_same_rows(
 
     rows = gsm_rows()
     keep = [r for r in rows if len(r["question"]) % 3]  # the user's filter
-    ds = ray_local.data.from_items(rows).filter(lambda r: len(r["question"]) % 3 != 0)
+    ds = items(rows).filter(lambda r: len(r["question"]) % 3 != 0)
     summary = write_table(tokenize(ds, tokenizer_dir), str(tmp_path / "ray.lance"))
     prep.pretokenize(input=str(write_jsonl(tmp_path / "kept.jsonl", keep)), output=str(tmp_path / "prep.lance"),
                      tokenizer=tokenizer_dir, format="sft", executor="local")
@@ -142,7 +151,7 @@ def test_five_bad_rows_become_five_rejects_with_reasons_and_the_counts_reconcile
 
     rows = gsm_rows()
     bad = [{"question": f"bad {i}", "answer": None, "n": i} for i in range(5)]
-    ds = ray_local.data.from_items([{**r, "n": 100 + i} for i, r in enumerate(rows)] + bad)
+    ds = items([{**r, "n": 100 + i} for i, r in enumerate(rows)] + bad)
     out = str(tmp_path / "t.lance")
     summary = write_table(tokenize(ds, tokenizer_dir, id_column="n"), out, max_reject_fraction=0.2)
 
@@ -158,7 +167,7 @@ def test_five_bad_rows_become_five_rejects_with_reasons_and_the_counts_reconcile
 def test_over_the_reject_budget_the_rejects_commit_and_the_table_does_not(ray_local, tokenizer_dir, tmp_path):
     from prep.integrations.ray_data import write_table
 
-    ds = ray_local.data.from_items(gsm_rows(10) + [{"question": "q", "answer": None}] * 5)
+    ds = items(gsm_rows(10) + [{"question": "q", "answer": None}] * 5)
     out = tmp_path / "t.lance"
     with pytest.raises(TooManyRejects, match="5 of 15 rows rejected"):
         write_table(tokenize(ds, tokenizer_dir), str(out))
@@ -183,7 +192,7 @@ def test_a_crashing_image_is_one_reject_and_the_pipeline_ends(ray_local, tmp_pat
     for p in sorted((HYMENOPTERA / "ants").iterdir())[:5]:
         shutil.copy(p, folder / p.name)
     shutil.copy(next(iter(sorted((HYMENOPTERA / "bees").iterdir()))), folder / "poison.jpg")
-    ds = ray_local.data.read_binary_files(str(folder), include_paths=True)
+    ds = ray_local.data.read_binary_files(str(folder), include_paths=True, override_num_blocks=2)  # two batches of three
     ds = ds.map_batches(DecodeImages, fn_constructor_kwargs=dict(size=32), concurrency=1, num_cpus=0.5, batch_format="pyarrow",
                         runtime_env={"env_vars": {"PREP_TEST_FAULTS": "segv:poison"}})
     summary = write_table(ds, str(tmp_path / "img.lance"), max_reject_fraction=0.5)
@@ -201,7 +210,7 @@ def test_tokenize_isolated_turns_a_row_that_crashes_the_worker_into_one_reject(r
     from prep.integrations.ray_data import Tokenize, write_table
 
     rows = gsm_rows(10)
-    ds = ray_local.data.from_items(rows).map_batches(
+    ds = items(rows).map_batches(
         Tokenize, fn_constructor_kwargs=dict(tokenizer=tokenizer_dir, format="sft", isolate=True), concurrency=1, num_cpus=0.5,
         batch_format="pyarrow", runtime_env={"env_vars": {"PREP_TEST_FAULTS": "segv:" + rows[3]["question"][:30]}})
     summary = write_table(ds, str(tmp_path / "t.lance"), max_reject_fraction=0.2)
@@ -248,10 +257,10 @@ def test_append_is_a_growth_step_and_another_config_is_refused(ray_local, tokeni
 
     out = str(tmp_path / "t.lance")
     first, second = gsm_rows(20), gsm_rows(20, first=20)
-    write_table(tokenize(ray_local.data.from_items(first), tokenizer_dir), out)
-    summary = write_table(tokenize(ray_local.data.from_items(second), tokenizer_dir), out, mode="append")
+    write_table(tokenize(items(first), tokenizer_dir), out)
+    summary = write_table(tokenize(items(second), tokenizer_dir), out, mode="append")
     whole = str(tmp_path / "whole.lance")
-    write_table(tokenize(ray_local.data.from_items(first + second), tokenizer_dir), whole)
+    write_table(tokenize(items(first + second), tokenizer_dir), whole)
 
     assert token_rows(out) == token_rows(whole) and summary["step"]["version"] == 2
     meta = json.loads(lance.dataset(out).schema.metadata[b"prep"])
@@ -259,7 +268,7 @@ def test_append_is_a_growth_step_and_another_config_is_refused(ray_local, tokeni
     assert sorted(lance.dataset(out).to_table(columns=["id"]).column("id").to_pylist()) == \
         sorted(lance.dataset(whole).to_table(columns=["id"]).column("id").to_pylist())
     with pytest.raises(PrepError, match="max_length"):
-        write_table(tokenize(ray_local.data.from_items(second), tokenizer_dir, max_length=512), out, mode="append")
+        write_table(tokenize(items(second), tokenizer_dir, max_length=512), out, mode="append")
     assert lance.dataset(out).version == 2
 
 
@@ -332,7 +341,7 @@ def test_write_table_and_read_table_on_s3(ray_local, s3_bucket, tokenizer_dir):
     from prep.integrations.ray_data import read_table, write_table
 
     out = f"s3://{s3_bucket}/t.lance"
-    ds = ray_local.data.from_items(gsm_rows(10) + [{"question": "q", "answer": None}])
+    ds = items(gsm_rows(10) + [{"question": "q", "answer": None}])
     summary = write_table(tokenize(ds, tokenizer_dir), out, max_reject_fraction=0.2)
     assert (summary["rows_written"], summary["rows_rejected"], summary["rejects"]) == (10, 1, f"s3://{s3_bucket}/t.rejects.lance")
     assert cli_main(["inspect", out]) == 0
