@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 import reader_fixtures as rf
 from prep.reader import ReaderDataset
+from prep.reader.loader import worker_context
 
 pytestmark = pytest.mark.skipif(not rf.GSM8K.exists(), reason=f"real data not found at {rf.SHARED_DATA}")
 RUNS = 10
@@ -36,8 +37,11 @@ def layout(request, tmp_path_factory):
 
 
 def read(ds: ReaderDataset, context: str, num_workers: int) -> list[tuple[int, int, np.ndarray]]:
-    loader = DataLoader(ds, batch_size=None, num_workers=num_workers, timeout=120,
-                        multiprocessing_context=multiprocessing.get_context(context))
+    # forkserver: prep's (the server preloads torch and prep.reader, as Loader's does), not one whose every worker
+    # imports them again (~2.5 CPU-s a worker); the forkserver is one per process, so which one a test got depended
+    # on the tests before it
+    mp_context = worker_context() if context == "forkserver" else multiprocessing.get_context(context)
+    loader = DataLoader(ds, batch_size=None, num_workers=num_workers, timeout=120, multiprocessing_context=mp_context)
     return [(b.epoch, b.step, b.ids.copy()) for b in loader]
 
 
