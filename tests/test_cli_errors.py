@@ -1,6 +1,7 @@
 """Every ``prep`` command fails in one line with a documented exit code, and never destroys files it did not write.
 
-The real CLI runs in a subprocess (``python -m prep`` importing this checkout):
+The real CLI runs in a process of its own: ``python -m prep`` importing this checkout, or (most tests) the
+same entry point forked from a process that imported it once (tests/common/warm_cli.py):
 exit status 0 OK, 1 verification mismatch, 2 unusable input or usage error;
 stderr is then exactly one line that names the file or the flag.
 """
@@ -19,15 +20,34 @@ import lance
 import pytest
 
 import tables
+from common.warm_cli import warm_prep
 from prep.materialize import materialize_shuffle
 
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = ["verify", "prewarm", "read", "materialize-shuffle", "pretokenize", "decode-images"]
 
 
-def prep(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "prep", *args], capture_output=True, text=True, env=environ, timeout=300)
+_WARM: list[str] = []  # the warm `prep` client while this module runs (see _warm_prep)
+
+
+def _environ(env: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore", **(env or {})}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_prep(tmp_path_factory):
+    """The real entry point forked per command from a process that imported prep once (tests/common/warm_cli.py):
+    each of this module's ~60 commands in a fresh interpreter paid 2-4 CPU-s of imports."""
+    with warm_prep(tmp_path_factory.mktemp("warm") / "bin", _environ()) as env:
+        _WARM.append(env["PATH"].split(os.pathsep)[0] + "/prep")
+        yield
+        _WARM.clear()
+
+
+def prep(*args: str, env: dict[str, str] | None = None, cold: bool = False) -> subprocess.CompletedProcess:
+    """``prep ARGS`` in a process of its own: forked warm, or (``cold``) ``python -m prep`` from scratch."""
+    command = [sys.executable, "-m", "prep"] if cold or not _WARM else [_WARM[0]]
+    return subprocess.run([*command, *args], capture_output=True, text=True, env=_environ(env), timeout=300)
 
 
 def one_line_error(proc: subprocess.CompletedProcess, code: int, *names: str) -> str:
@@ -79,7 +99,7 @@ def _manifest(out: str) -> dict:
 
 def test_help_documents_the_exit_codes():
     for command in COMMANDS:
-        proc = prep(command, "--help")
+        proc = prep(command, "--help", cold=True)
         assert proc.returncode == 0
         text = " ".join(proc.stdout.split())
         assert "exit status: 0 OK" in text and "2 unusable input or usage error" in text, command
@@ -272,7 +292,7 @@ def test_quiet_shows_no_decoder_chatter_and_verbose_does(tmp_path):
     runs = {}
     for flag in ("-q", "-v"):
         runs[flag] = prep("decode-images", "--input", str(tmp_path / "in"), "--output", str(tmp_path / f"o{flag}.lance"),
-                          "--executor", "local", flag)
+                          "--executor", "local", flag, cold=True)
         assert runs[flag].returncode == 0, runs[flag].stderr[-3000:]
         assert "images: read 4 = written 4 + rejected 0" in runs[flag].stdout
     assert runs["-q"].stderr == ""
