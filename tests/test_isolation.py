@@ -13,6 +13,7 @@ import builtins
 import io
 import itertools
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import sys
 import textwrap
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import lance
@@ -153,6 +155,22 @@ def test_worker_threads_fork_from_one_zygote_and_a_thread_that_ends_takes_its_sa
     while {p.pid for p in psutil.Process(zygote).children()} != before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert {p.pid for p in psutil.Process(zygote).children()} == before
+
+
+def test_a_forked_child_leaves_the_parents_sandboxes_alone():
+    """A DataLoader worker forked from a trainer that ran a local prepare job hung for ever: after the fork the
+    child dropped the sandbox of a worker thread it does not have, and stopping it waited on the parent's zygote.
+    A sandbox belongs to the process that started it; the child's exit touches neither it nor the zygote."""
+    with ThreadPoolExecutor(1) as pool:  # a local worker thread that outlives its job, as the executor's do
+        first = pool.submit(run_isolated, parent_pid, {}, Limits()).result()
+        child = multiprocessing.get_context("fork").Process(target=os.getpid)
+        child.start()
+        child.join(30)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+        assert not alive and child.exitcode == 0
+        assert pool.submit(run_isolated, parent_pid, {}, Limits()).result() == first  # the same zygote, no restart
 
 
 def test_a_test_hook_set_between_two_jobs_reaches_the_sandbox_without_a_new_zygote(monkeypatch):

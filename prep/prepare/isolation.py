@@ -229,16 +229,20 @@ def _new_zygote(env: dict[str, str]) -> Zygote:
 class _Sandbox:
     """The parent side: a child forked from the process's zygote (:func:`prep.runtime.zygote.shared`, one for
     every thread), restarted (forked again: milliseconds) after it dies or is killed. A zygote is started
-    again when the environment it would start with changed (its children keep the one it started with)."""
+    again when the environment it would start with changed (its children keep the one it started with).
+    It belongs to the process that started it: in a forked process (a DataLoader worker of a trainer that
+    ran a local job) it is inert, and stopping it there would wait on the parent's zygote for ever."""
 
     def __init__(self) -> None:
         self._zygote: Zygote | None = None
+        self._owner = os.getpid()
         self._pid: int | None = None
         self._conn: Connection | None = None
         self._page: mmap.mmap | None = None
 
     def _start(self, env: dict[str, str], preload: tuple[str, ...]) -> None:
         self._zygote = zygote.shared(tuple(sorted(_lasting(env).items())), lambda: _new_zygote(env))
+        self._owner = os.getpid()
         parent, child = os.pipe(), os.pipe()  # requests parent->child, replies child->parent
         page_file = tempfile.TemporaryFile()
         page_file.write(b"\0" * _MARK.size)
@@ -260,6 +264,8 @@ class _Sandbox:
     def _stop(self) -> int | None:
         """Kills the child unless it ended; its exit code."""
         code = None
+        if self._pid is not None and self._owner != os.getpid():  # a forked copy: the child is the parent's
+            self._pid = None
         if self._pid is not None:
             self._zygote.kill(self._pid)
             code = self._zygote.wait(self._pid)
@@ -277,7 +283,7 @@ class _Sandbox:
     def _attempt(self, request: bytes, timeout: float, preload: tuple[str, ...]) -> tuple[str, Any]:
         """Runs one request: ``("ok", value)``, ``("error", text)``, or ``("died", (item, reason))``."""
         env = _child_env()
-        if (self._pid is None or self._zygote.poll(self._pid) is not None
+        if (self._pid is None or self._owner != os.getpid() or self._zygote.poll(self._pid) is not None
                 or _lasting(env) != _lasting(self._zygote.env)):  # a kept child must see today's environment
             self._stop()
             self._start(env, preload)
@@ -366,6 +372,7 @@ def _relay_stderr(fd: int) -> None:
 
 _SANDBOXES = threading.local()  # one per thread: a Ray worker's task thread, each local worker thread
 _STARTED: list[_Sandbox] = []
+os.register_at_fork(after_in_child=_STARTED.clear)  # the parent's sandboxes are not a forked child's to stop
 
 
 class _StopsAtThreadEnd:
