@@ -230,8 +230,7 @@ class _Sandbox:
     """The parent side: a child forked from the process's zygote (:func:`prep.runtime.zygote.shared`, one for
     every thread), restarted (forked again: milliseconds) after it dies or is killed. A zygote is started
     again when the environment it would start with changed (its children keep the one it started with).
-    It belongs to the process that started it: in a forked process (a DataLoader worker of a trainer that
-    ran a local job) it is inert, and stopping it there would wait on the parent's zygote for ever."""
+    In a forked process (a trainer's DataLoader worker) it is inert: its child is the parent's."""
 
     def __init__(self) -> None:
         self._zygote: Zygote | None = None
@@ -241,8 +240,7 @@ class _Sandbox:
         self._page: mmap.mmap | None = None
 
     def _start(self, env: dict[str, str], preload: tuple[str, ...]) -> None:
-        self._zygote = zygote.shared(tuple(sorted(_lasting(env).items())), lambda: _new_zygote(env))
-        self._owner = os.getpid()
+        self._zygote, self._owner = zygote.shared(tuple(sorted(_lasting(env).items())), lambda: _new_zygote(env)), os.getpid()
         parent, child = os.pipe(), os.pipe()  # requests parent->child, replies child->parent
         page_file = tempfile.TemporaryFile()
         page_file.write(b"\0" * _MARK.size)
@@ -264,9 +262,7 @@ class _Sandbox:
     def _stop(self) -> int | None:
         """Kills the child unless it ended; its exit code."""
         code = None
-        if self._pid is not None and self._owner != os.getpid():  # a forked copy: the child is the parent's
-            self._pid = None
-        if self._pid is not None:
+        if self._pid is not None and self._owner == os.getpid():  # in a forked copy, never wait on the parent's
             self._zygote.kill(self._pid)
             code = self._zygote.wait(self._pid)
             self._send.close()
