@@ -9,6 +9,7 @@ bash scripts/setup.sh
 VENV=${VENV:-.venv}
 export TOKENIZERS_PARALLELISM=false RAY_DISABLE_USAGE_STATS=1
 # PREP_TEST_WORKERS=N runs N test files at a time (pytest-xdist; a file's module fixtures stay in one
-# process). The default, 0, runs them in this process: on a 2-core machine two at a time still took
-# 27 min (51 min of test time overlapped; the suite is CPU-bound: its tests start real processes).
-exec "$VENV/bin/python" -m pytest -n "${PREP_TEST_WORKERS:-0}" --dist loadfile "$@"
+# process, each worker starts its own Ray and endpoints). The default, 2: on this 2-core machine the suite
+# waits on processes it starts (Ray, DataLoader workers, `ray job submit`) for much of its time, so two files at
+# a time took 12 min 28 s where one at a time took ~24 min (2026-12-03, docs/figures.md). 0 runs them in this process.
+exec "$VENV/bin/python" -m pytest -n "${PREP_TEST_WORKERS:-2}" --dist loadfile "$@"
