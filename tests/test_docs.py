@@ -97,11 +97,11 @@ def _shared(shared: Path, page: str) -> None:
             (shared / "data" / entry.name).symlink_to(entry)
     gsm8k = shared / "data" / "gsm8k"
     gsm8k.mkdir()
-    for entry in (SHARED_DATA / "gsm8k").iterdir():
-        (gsm8k / entry.name).symlink_to(entry)
     rows = GSM8K_ROWS.get(page, GSM8K_ROWS_DEFAULT)
+    for entry in (SHARED_DATA / "gsm8k").iterdir():
+        if rows is None or entry.name != "train.jsonl":  # cut: written below
+            (gsm8k / entry.name).symlink_to(entry)
     if rows is not None:
-        (gsm8k / "train.jsonl").unlink()
         with open(SHARED_DATA / "gsm8k" / "train.jsonl") as f:
             (gsm8k / "train.jsonl").write_text("".join(line for _, line in zip(range(rows), f)))
     for folder in sorted((SHARED_DATA / "hymenoptera" / "train").iterdir()):
