@@ -70,3 +70,11 @@ def segfault(progress) -> None:
     """Crashes the sandbox on its only item, as a native decoder does."""
     for _ in progress.items(["the item"]):
         os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def report_pid_then_sleep(fd: int) -> None:
+    """A zygote child's target: writes its pid to ``fd``, then lives until it is killed (60 s at most)."""
+    import time
+
+    os.write(fd, str(os.getpid()).encode())
+    time.sleep(60)

@@ -129,6 +129,57 @@ def test_the_sandbox_imports_the_code_its_parent_runs_not_a_prep_folder_in_the_c
     assert (result.counts.rows_written, result.counts.chunk_restarts) == (2, 0)
 
 
+def test_a_call_interrupted_once_its_request_is_sent_leaves_no_answer_for_the_next_call(monkeypatch):
+    """Ray cancels a task (a job that failed on another chunk) with a KeyboardInterrupt that lands when a blocking
+    write returns: after the sandbox got the whole request. Its answer was left in the pipe, and the next call on
+    that thread read it as its own: a later job committed fragments written to an earlier job's output ("data/....lance
+    is missing just after it was written"), seen twice in whole-suite runs."""
+    from multiprocessing.connection import Connection
+
+    send = Connection.send_bytes
+
+    def sent_then_interrupted(self, buf, *args):
+        monkeypatch.setattr(Connection, "send_bytes", send)  # once
+        send(self, buf, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Connection, "send_bytes", sent_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_isolated(sleep_then, {"seconds": 0.2, "value": "the cancelled call's"}, Limits())
+    assert run_isolated(sleep_then, {"seconds": 0, "value": "its own"}, Limits()) == ("its own", 0)
+
+
+def test_a_fork_interrupted_once_its_request_is_sent_gives_its_child_to_nobody(monkeypatch):
+    """The zygote's answer to an interrupted fork (its child's pid) was the next fork's answer: that call got the
+    pid of a child that does not hold its pipes, and the child it asked for ran unwatched."""
+    import prep.runtime.zygote as zygote_module
+    from prep.runtime.zygote import Zygote
+
+    send = zygote_module.socket.send_fds
+
+    def sent_then_interrupted(*args):
+        monkeypatch.setattr(zygote_module.socket, "send_fds", send)  # once
+        send(*args)
+        raise KeyboardInterrupt
+
+    zygote = Zygote(dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    pipes = [os.pipe(), os.pipe()]
+    try:
+        monkeypatch.setattr(zygote_module.socket, "send_fds", sent_then_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            zygote.fork("dying_worker:report_pid_then_sleep", [pipes[0][1]])
+        pid = zygote.fork("dying_worker:report_pid_then_sleep", [pipes[1][1]])
+        assert int(os.read(pipes[1][0], 32)) == pid  # the child this call asked for
+        orphan = int(os.read(pipes[0][0], 32))
+        assert orphan != pid and zygote.wait(orphan) == -signal.SIGKILL  # the interrupted call's child, stopped
+        zygote.kill(pid)
+        assert zygote.wait(pid) == -signal.SIGKILL
+    finally:
+        zygote.close()
+        for fd in (fd for pair in pipes for fd in pair):
+            os.close(fd)
+
+
 def test_a_crash_restarts_the_sandbox_from_its_zygote_not_from_a_fresh_interpreter():
     """Issue 31 #6: each crash started a ``python -m`` sandbox that imported torch again (~6.5 CPU-s a crash). The
     crashed child and its probe are forked from the zygote that started the first one, which imports once."""

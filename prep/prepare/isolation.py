@@ -279,20 +279,20 @@ class _Sandbox:
     def _attempt(self, request: bytes, timeout: float, preload: tuple[str, ...]) -> tuple[str, Any]:
         """Runs one request: ``("ok", value)``, ``("error", text)``, or ``("died", (item, reason))``."""
         env = _child_env()
-        if (self._pid is None or self._owner != os.getpid() or self._zygote.poll(self._pid) is not None
-                or _lasting(env) != _lasting(self._zygote.env)):  # a kept child must see today's environment
-            self._stop()
-            self._start(env, preload)
-        _MARK.pack_into(self._page, 0, _IDLE)
         try:
-            self._send.send_bytes(request)
-        except OSError:  # died while idle: start afresh
-            self._stop()
-            return "died", (_IDLE, "worker process died before the chunk started")
-        try:
+            if (self._pid is None or self._owner != os.getpid() or self._zygote.poll(self._pid) is not None
+                    or _lasting(env) != _lasting(self._zygote.env)):  # a kept child must see today's environment
+                self._stop()
+                self._start(env, preload)
+            _MARK.pack_into(self._page, 0, _IDLE)
+            try:
+                self._send.send_bytes(request)
+            except OSError:  # died while idle: start afresh
+                self._stop()
+                return "died", (_IDLE, "worker process died before the chunk started")
             return self._reply(timeout)
-        except BaseException:  # interrupted (ray.cancel, Ctrl-C): the child may still answer this request later,
-            self._stop()  # and the next one would read that answer as its own
+        except BaseException:  # interrupted (ray.cancel, Ctrl-C), also as a blocking write of the request returned: the
+            self._stop()  # child may still answer this request later, and the next one would read that answer as its own
             raise
 
     def _reply(self, timeout: float) -> tuple[str, Any]:

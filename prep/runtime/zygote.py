@@ -19,6 +19,7 @@ imported torch twice; on 16, 16 times). The parent side, :class:`Zygote`, is thr
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 import pickle
 import select
@@ -80,6 +81,7 @@ class Zygote:
         self._exits: dict[int, int] = {}
         self._live: set[int] = set()
         self._lock = threading.RLock()  # one request or receive at a time: each thread's answer arrives in order
+        self._requests = itertools.count()  # each fork request's number, which its answer repeats
 
     def alive(self) -> bool:
         """Whether the zygote process still runs."""
@@ -94,18 +96,22 @@ class Zygote:
             OSError: the zygote is gone, or could not fork (the text says why).
         """
         with self._lock:
+            number = next(self._requests)
             try:
-                socket.send_fds(self._sock, [pickle.dumps(("fork", tuple(preload), target))], list(fds))
+                socket.send_fds(self._sock, [pickle.dumps(("fork", number, tuple(preload), target))], list(fds))
             except OSError as exc:
                 raise OSError(f"the sandbox zygote is gone ({exc})") from None
             while True:
                 kind, *rest = self._receive()
-                if kind == "forked":
-                    self._live.add(rest[0])
-                    return rest[0]
-                if kind == "error":
-                    raise OSError(rest[0])
-                if kind == "gone":
+                if kind == "forked" and rest[0] != number:  # asked for by a call interrupted after its request went out
+                    self._live.add(rest[1])  # (a Ray cancel, Ctrl-C): nobody holds its pid, so nobody would stop it
+                    self.kill(rest[1])
+                elif kind == "forked":
+                    self._live.add(rest[1])
+                    return rest[1]
+                elif kind == "error" and rest[0] == number:
+                    raise OSError(rest[1])
+                elif kind == "gone":
                     raise OSError("the sandbox zygote died")
 
     def kill(self, pid: int) -> None:
@@ -275,13 +281,14 @@ def _serve(sock_fd: int) -> None:
                 if request[1] in live:
                     os.kill(request[1], signal.SIGKILL)
                 continue
+            _, number, preload, target = request
             try:
-                pid = _fork(request[1], request[2], fds, (sock, wake_r, wake_w))
+                pid = _fork(preload, target, fds, (sock, wake_r, wake_w))
             except Exception as exc:
-                sock.send(pickle.dumps(("error", f"the sandbox zygote could not start a child: {type(exc).__name__}: {exc}")))
+                sock.send(pickle.dumps(("error", number, f"the sandbox zygote could not start a child: {type(exc).__name__}: {exc}")))
             else:
                 live.add(pid)
-                sock.send(pickle.dumps(("forked", pid)))
+                sock.send(pickle.dumps(("forked", number, pid)))
             finally:
                 for fd in fds:
                     os.close(fd)
