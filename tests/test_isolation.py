@@ -163,21 +163,25 @@ def test_a_fork_interrupted_once_its_request_is_sent_gives_its_child_to_nobody(m
         raise KeyboardInterrupt
 
     zygote = Zygote(dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    pipes = [os.pipe(), os.pipe()]
+    (first, first_w), (second, second_w) = os.pipe(), os.pipe()
     try:
         monkeypatch.setattr(zygote_module.socket, "send_fds", sent_then_interrupted)
         with pytest.raises(KeyboardInterrupt):
-            zygote.fork("dying_worker:report_pid_then_sleep", [pipes[0][1]])
-        pid = zygote.fork("dying_worker:report_pid_then_sleep", [pipes[1][1]])
-        assert int(os.read(pipes[1][0], 32)) == pid  # the child this call asked for
-        orphan = int(os.read(pipes[0][0], 32))
-        assert orphan != pid and zygote.wait(orphan) == -signal.SIGKILL  # the interrupted call's child, stopped
+            zygote.fork("dying_worker:report_pid_then_sleep", [first_w])
+        pid = zygote.fork("dying_worker:report_pid_then_sleep", [second_w])
+        os.close(first_w)  # the children hold their copies: a read sees EOF once the child holding it is gone
+        os.close(second_w)
+        assert int(os.read(second, 32)) == pid  # the child this call asked for
+        t0 = time.monotonic()
+        orphan = b"".join(iter(lambda: os.read(first, 32), b""))  # its pid, if it lived to write it, then EOF
+        assert time.monotonic() - t0 < 30  # killed, not ended by its 60 s sleep
+        assert not orphan or int(orphan) != pid
         zygote.kill(pid)
         assert zygote.wait(pid) == -signal.SIGKILL
     finally:
         zygote.close()
-        for fd in (fd for pair in pipes for fd in pair):
-            os.close(fd)
+        os.close(first)
+        os.close(second)
 
 
 def test_a_crash_restarts_the_sandbox_from_its_zygote_not_from_a_fresh_interpreter():
