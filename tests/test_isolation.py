@@ -178,6 +178,11 @@ def test_a_fork_interrupted_once_its_request_is_sent_gives_its_child_to_nobody(m
         assert not orphan or int(orphan) != pid
         zygote.kill(pid)
         assert zygote.wait(pid) == -signal.SIGKILL
+        t0 = time.monotonic()
+        while zygote.busy() and time.monotonic() - t0 < 10:  # the orphan's exit may still be on its way
+            zygote.poll(-1)  # takes the messages that arrived
+            time.sleep(0.05)
+        assert not zygote.busy()  # the orphan was reaped too: a retired zygote is not kept for it
     finally:
         zygote.close()
         os.close(first)

@@ -82,6 +82,7 @@ class Zygote:
         self._live: set[int] = set()
         self._lock = threading.RLock()  # one request or receive at a time: each thread's answer arrives in order
         self._requests = itertools.count()  # each fork request's number, which its answer repeats
+        self._orphans: set[int] = set()  # children of interrupted forks, killed: reaped here, waited for by nobody
 
     def alive(self) -> bool:
         """Whether the zygote process still runs."""
@@ -105,6 +106,7 @@ class Zygote:
                 kind, *rest = self._receive()
                 if kind == "forked" and rest[0] != number:  # asked for by a call interrupted after its request went out
                     self._live.add(rest[1])  # (a Ray cancel, Ctrl-C): nobody holds its pid, so nobody would stop it
+                    self._orphans.add(rest[1])
                     self.kill(rest[1])
                 elif kind == "forked":
                     self._live.add(rest[1])
@@ -169,7 +171,10 @@ class Zygote:
                 self._exits.setdefault(pid, -signal.SIGKILL)
             return ("gone",)
         message = pickle.loads(data)
-        if message[0] == "exit":
+        if message[0] == "exit" and message[1] in self._orphans:
+            self._orphans.discard(message[1])
+            self._live.discard(message[1])
+        elif message[0] == "exit":
             self._exits[message[1]] = message[2]
         return message
 
