@@ -59,16 +59,98 @@ def tokenizer_dir(shared_data: Path) -> str:
     return str(TOKENIZER_DIR)
 
 
-@pytest.fixture(scope="session")
-def ray_local():
-    """An in-process local Ray with 2 CPUs, shared by the whole session."""
-    import ray
-
+def _start_ray_local() -> None:
     from prep.runtime.ray_cluster import init_ray
 
     init_ray(num_cpus=2)
+
+
+def _stop_ray() -> None:
+    """Stops the Ray this process runs, if any (one a test started through prep counts too)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """An in-process local Ray with 2 CPUs, shared by the tests that ask for it. It is up from the setup of the
+    first test that asks until the next test is in a file where no test asks (the hooks below): an idle Ray costs
+    a few CPU-seconds a minute, and the files that need one are scheduled before those that do not."""
+    import ray
+
+    _start_ray_local()
     yield ray
-    ray.shutdown()
+    _stop_ray()
+
+
+def _start_ray_local() -> None:
+    from prep.runtime.ray_cluster import init_ray
+
+    init_ray(num_cpus=2)
+
+
+def _stop_ray() -> None:
+    """Stops the Ray this process runs, if any (one a test started through prep counts too)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _asks(item: pytest.Item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())  # doctests have none
+
+
+# Seconds each file's tests took in a whole-suite run (`--durations=0`, summed per file; 2026-12-03), for the files
+# over 15 s. Within its group (below) a costlier file is handed to a worker first, so the suite does not end with one
+# worker on a long file while the other waits. A stale or missing figure costs balance, never a result.
+_FILE_SECONDS = {
+    "tests/test_ray_data.py": 251, "tests/test_docs.py": 239, "tests/test_trainers_docs.py": 141, "tests/test_isolation.py": 97,
+    "tests/test_reader_workers.py": 97, "tests/test_trainers_examples.py": 69, "tests/test_multinode.py": 63,
+    "tests/test_entry_points.py": 57, "tests/test_images_job.py": 53, "tests/test_remote_faults.py": 48,
+    "tests/test_materialize.py": 46, "tests/test_cli_errors.py": 43, "tests/test_install.py": 41,
+    "tests/test_append_images.py": 38, "tests/test_reader_fork.py": 36, "tests/test_append.py": 24,
+    "tests/test_reader_example.py": 24, "tests/test_one_writer.py": 23, "tests/test_grow.py": 22,
+    "tests/test_benchmarks_scale.py": 22, "tests/test_reader_elastic.py": 21, "tests/test_prepare_contract.py": 21,
+    "tests/test_reader_cache.py": 20, "tests/test_notebook.py": 19, "tests/test_materialize_rerun.py": 17,
+    "tests/test_materialize_local.py": 16,
+}
+_RAY_FILES: set[str] = set()  # the files where some test asks for ray_local (pytest_collection_modifyitems)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files in three groups, each costliest first: those with a test that asks for ``ray_head`` (a head per file),
+    then those with one that asks for ``ray_local``, then the rest. xdist's workers take files in this order
+    (scripts/test.sh passes --dist loadfile --no-loadscope-reorder), so each worker runs its Ray files first and
+    its local Ray stops once, when it moves on."""
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(_file(item), []).append(item)
+    _RAY_FILES.update(f for f, its in by_file.items() if any(_asks(i, "ray_local") for i in its))
+
+    def group(f: str) -> int:
+        return 0 if any(_asks(i, "ray_head") for i in by_file[f]) else 1 if f in _RAY_FILES else 2
+
+    items[:] = [i for f in sorted(by_file, key=lambda f: (group(f), -_FILE_SECONDS.get(f, 0))) for i in by_file[f]]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that asks for ``ray_local`` finds it up before any of its fixtures (module ones included) runs."""
+    if _asks(item, "ray_local"):
+        _start_ray_local()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Ray stops when the next test is in a file where no test asks for ``ray_local`` (the fixture's value, the
+    ``ray`` module, stays valid: the next test that asks starts it again)."""
+    if nextitem is None or _file(nextitem) not in _RAY_FILES:
+        _stop_ray()
 
 
 @dataclass
@@ -78,9 +160,10 @@ class RayHead:
     env: dict[str, str]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_head():
-    """A real `ray start --head` from this venv, stopped (only it) at the end."""
+    """A real `ray start --head` from this venv for the tests of one file, stopped (only it) after them: 4 files use
+    one, and an idle head costs ~4 CPU-s a minute, more than the ~12 CPU-s of starting one per file."""
     temp_dir = tempfile.mkdtemp(prefix="prep-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     port, dash, agent = free_port(), free_port(), free_port()
     # A token of its own: a fresh machine has no ~/.ray/auth_token, and the test must not write one there.

@@ -1,6 +1,6 @@
 """A real two-node Ray cluster on this machine: every task pinned to the second node, data on S3.
 
-The session's Ray head (``conftest.ray_head``) is joined by a second node (``ray start
+The file's Ray head (``conftest.ray_head``) is joined by a second node (``ray start
 --address``, its own temp dir and ports) that alone offers the custom resource
 ``prep_node2``; pretokenize and materialize-shuffle run as CLI drivers with
 ``--ray-resources '{"prep_node2": 1}'``, so Ray may place their tasks nowhere else.

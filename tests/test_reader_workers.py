@@ -185,10 +185,18 @@ def test_trainers_killed_by_sigkill_leave_no_worker_forkserver_tracker_or_shared
         for how, trainer in trainers.items():
             line = trainer.stdout.readline()
             assert line.strip() == "training", f"{how}: {trainer.stderr.read()[-3000:]}"
-            before = _run_processes(trainer.pid)
-            assert len(before) >= 5, before  # the trainer, the forkserver, the resource tracker, two workers
-            mapped = _shm_in_use(before)
-            assert any(p.startswith("/dev/shm/sem.") for p in mapped), mapped
+            # a worker forked is not yet a worker that mapped the queues' semaphores: on a loaded machine (three test
+            # files at a time) the handoff trainer's were not mapped yet when it printed; wait for them, 30 s at most
+            deadline = time.monotonic() + 30
+            while True:
+                before = _run_processes(trainer.pid)
+                mapped = _shm_in_use(before)
+                ready = len(before) >= 5 and any(p.startswith("/dev/shm/sem.") for p in mapped)
+                if ready or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert len(before) >= 5, (how, before)  # the trainer, the forkserver, the resource tracker, two workers
+            assert any(p.startswith("/dev/shm/sem.") for p in mapped), (how, mapped)
             shm |= mapped
         for trainer in trainers.values():
             trainer.kill()
