@@ -59,19 +59,6 @@ def tokenizer_dir(shared_data: Path) -> str:
     return str(TOKENIZER_DIR)
 
 
-def _start_ray_local() -> None:
-    from prep.runtime.ray_cluster import init_ray
-
-    init_ray(num_cpus=2)
-
-
-def _stop_ray() -> None:
-    """Stops the Ray this process runs, if any (one a test started through prep counts too)."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
-
-
 @pytest.fixture(scope="session")
 def ray_local():
     """An in-process local Ray with 2 CPUs, shared by the tests that ask for it. It is up from the setup of the

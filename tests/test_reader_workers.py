@@ -186,7 +186,7 @@ def test_trainers_killed_by_sigkill_leave_no_worker_forkserver_tracker_or_shared
             line = trainer.stdout.readline()
             assert line.strip() == "training", f"{how}: {trainer.stderr.read()[-3000:]}"
             # a worker forked is not yet a worker that mapped the queues' semaphores: on a loaded machine (three test
-            # files at a time) the handoff trainer's were not mapped yet when it printed; wait for them, 30 s at most
+            # files at a time) one trainer's were not mapped yet when it printed; wait for them, 30 s at most
             deadline = time.monotonic() + 30
             while True:
                 before = _run_processes(trainer.pid)
