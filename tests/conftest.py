@@ -32,7 +32,7 @@ HYMENOPTERA = SHARED_DATA / "hymenoptera" / "train"
 # minutes. Ray's defaults, as many idle workers as CPUs (2 here) and the rest killed after 1 s idle, suit a cluster
 # that runs one long job; the suite runs many short pipelines one after another, and on the defaults most of their
 # tasks started a fresh worker process and paid its imports again (test_ray_data less its two subprocess tests: 42
-# workers started against 25, 59 s against 56 s; 2026-12-04).
+# workers started against 25, 59 s against 56 s; the machine's peak memory 2.79 GiB against 2.72; 2026-12-04).
 os.environ.setdefault("RAY_num_workers_soft_limit", "8")
 os.environ.setdefault("RAY_idle_worker_killing_time_threshold_ms", "600000")
 
